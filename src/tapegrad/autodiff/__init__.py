@@ -1,0 +1,9 @@
+"""The autodiff engine: tensors, primitives, the backward pass. Knows nothing of neural nets."""
+
+from . import primitives  # noqa: F401  (registers every primitive)
+from .errors import DTypeError, GraphError, ShapeError  # noqa: F401
+from .functional import grad, value_and_grad, vjp  # noqa: F401
+from .gradcheck import GradcheckError, GradcheckReport, gradcheck  # noqa: F401
+from .graph import enable_grad, is_grad_enabled, no_grad  # noqa: F401
+from .ops import *  # noqa: F401,F403
+from .tensor import Tensor  # noqa: F401

@@ -1,0 +1,60 @@
+"""The one place where tapegrad names its array module.
+
+Every primitive, kernel wrapper and helper reaches arrays through ``xp`` and the helpers here,
+so that another array module with NumPy's API (CuPy, in a later round) can slot in by changing
+this file alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+xp = np
+"""The array module. NumPy today."""
+
+ndarray = np.ndarray
+
+DEFAULT_DTYPE = np.dtype(np.float32)
+"""Tensors made from Python numbers or lists are float32 unless a dtype is given."""
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` down to ``shape``: the adjoint of broadcasting ``shape`` up to ``g.shape``
+
+    This is the single helper that undoes broadcasting for every rule in the engine.
+    """
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, int or sequence, negatives allowed) as a sorted tuple of axes >= 0."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    out = []
+    for a in axis:
+        a = int(a)
+        if not -ndim <= a < max(ndim, 1) and not (ndim == 0 and a in (0, -1)):
+            raise ValueError(f"axis {a} is out of range for an array of rank {ndim}")
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError(f"repeated axis in {tuple(axis)}")
+    return tuple(sorted(out))
+
+
+def expand_reduced(g: np.ndarray, in_ndim: int, axes: tuple[int, ...], keepdims: bool):
+    """Give a reduction's output gradient back the reduced axes (as size-1 dims)."""
+    if keepdims or not axes or in_ndim == 0:
+        return g
+    return np.expand_dims(g, axes)

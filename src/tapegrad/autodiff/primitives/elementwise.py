@@ -1,0 +1,299 @@
+"""Elementwise primitives. Binary ones broadcast; the engine undoes it for their gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import samples as S
+from .registry import Sample, primitive
+
+
+def _sigmoid(x):
+    # 0.5 * (1 + tanh(x / 2)): one transcendental, no overflow for large |x|.
+    out = np.multiply(x, 0.5, out=np.empty_like(x))
+    np.tanh(out, out=out)
+    out += 1
+    out *= 0.5
+    return out
+
+
+# -- binary, broadcasting -------------------------------------------------------------------------
+add = primitive(
+    "add",
+    np.add,
+    (lambda g, out, x, y: g, lambda g, out, x, y: g),
+    reference=lambda x, y: x + y,
+    samples=S.binary(),
+    broadcasting=True,
+    doc="x + y, broadcasting.",
+)
+sub = primitive(
+    "sub",
+    np.subtract,
+    (lambda g, out, x, y: g, lambda g, out, x, y: -g),
+    reference=lambda x, y: x - y,
+    samples=S.binary(),
+    broadcasting=True,
+    doc="x - y, broadcasting.",
+)
+mul = primitive(
+    "mul",
+    np.multiply,
+    (lambda g, out, x, y: g * y, lambda g, out, x, y: g * x),
+    reference=lambda x, y: x * y,
+    samples=S.binary(),
+    broadcasting=True,
+    doc="x * y, broadcasting.",
+)
+div = primitive(
+    "div",
+    np.divide,
+    (lambda g, out, x, y: g / y, lambda g, out, x, y: -g * out / y),
+    reference=lambda x, y: x * (1.0 / y),
+    samples=S.binary(gap=0.5),
+    broadcasting=True,
+    doc="x / y, broadcasting.",
+)
+power = primitive(
+    "pow",
+    np.power,
+    (
+        lambda g, out, x, y: g * y * np.power(x, y - 1),
+        lambda g, out, x, y: g * out * np.log(np.where(x > 0, x, 1)),
+    ),
+    reference=lambda x, y: np.exp(y * np.log(x)),
+    samples=S.binary(0.5, 2.0, -2.0, 2.0),
+    broadcasting=True,
+    doc="x ** y, broadcasting. The gradient with respect to y is taken where x > 0 (0 elsewhere).",
+)
+maximum = primitive(
+    "maximum",
+    np.maximum,
+    (
+        lambda g, out, x, y: g * ((x > y) + 0.5 * (x == y)),
+        lambda g, out, x, y: g * ((y > x) + 0.5 * (x == y)),
+    ),
+    reference=lambda x, y: np.where(x > y, x, y),
+    samples=S.binary(),
+    broadcasting=True,
+    doc="Elementwise maximum; at ties each side gets half of the gradient.",
+)
+minimum = primitive(
+    "minimum",
+    np.minimum,
+    (
+        lambda g, out, x, y: g * ((x < y) + 0.5 * (x == y)),
+        lambda g, out, x, y: g * ((y < x) + 0.5 * (x == y)),
+    ),
+    reference=lambda x, y: np.where(x < y, x, y),
+    samples=S.binary(),
+    broadcasting=True,
+    doc="Elementwise minimum; at ties each side gets half of the gradient.",
+)
+
+
+def _where_samples(rng):
+    out = []
+    for shape_c, shape_x, shape_y in [
+        ((2, 3), (2, 3), (2, 3)),
+        ((2, 3), (3,), ()),
+        ((2, 1), (1, 3), (2, 3)),
+        ((0, 2), (0, 2), (2,)),
+    ]:
+        cond = rng.uniform(size=shape_c) > 0.5
+        out.append(Sample((cond, S.values(rng, shape_x), S.values(rng, shape_y))))
+    return out
+
+
+where = primitive(
+    "where",
+    np.where,
+    (None, lambda g, out, c, x, y: np.where(c, g, 0), lambda g, out, c, x, y: np.where(c, 0, g)),
+    reference=lambda c, x, y: c * x + (1 - c) * y,
+    samples=_where_samples,
+    broadcasting=True,
+    doc="where(cond, x, y): x where cond is true, y elsewhere; cond is not differentiated.",
+)
+
+# -- unary -----------------------------------------------------------------------------------------
+neg = primitive(
+    "neg",
+    np.negative,
+    (lambda g, out, x: -g,),
+    reference=lambda x: 0 - x,
+    samples=S.unary(),
+    broadcasting=True,
+    doc="-x",
+)
+exp = primitive(
+    "exp",
+    np.exp,
+    (lambda g, out, x: g * out,),
+    reference=lambda x: np.e**x,
+    samples=S.unary(),
+    broadcasting=True,
+    doc="e ** x",
+)
+log = primitive(
+    "log",
+    np.log,
+    (lambda g, out, x: g / x,),
+    reference=lambda x: np.log2(x) / np.log2(np.e),
+    samples=S.unary(0.2, 3.0),
+    broadcasting=True,
+    doc="Natural logarithm.",
+)
+sqrt = primitive(
+    "sqrt",
+    np.sqrt,
+    (lambda g, out, x: g * 0.5 / out,),
+    reference=lambda x: x**0.5,
+    samples=S.unary(0.2, 3.0),
+    broadcasting=True,
+    doc="Square root.",
+)
+absolute = primitive(
+    "abs",
+    np.abs,
+    (lambda g, out, x: g * np.sign(x),),
+    reference=lambda x: np.where(x < 0, -x, x),
+    samples=S.unary(gap=0.1),
+    broadcasting=True,
+    doc="|x|; the gradient at 0 is 0.",
+)
+sin = primitive(
+    "sin",
+    np.sin,
+    (lambda g, out, x: g * np.cos(x),),
+    reference=lambda x: np.cos(x - np.pi / 2),
+    samples=S.unary(),
+    broadcasting=True,
+    doc="Sine.",
+)
+cos = primitive(
+    "cos",
+    np.cos,
+    (lambda g, out, x: -g * np.sin(x),),
+    reference=lambda x: np.sin(x + np.pi / 2),
+    samples=S.unary(),
+    broadcasting=True,
+    doc="Cosine.",
+)
+tanh = primitive(
+    "tanh",
+    np.tanh,
+    (lambda g, out, x: g * (1 - out * out),),
+    reference=lambda x: (np.exp(2 * x) - 1) / (np.exp(2 * x) + 1),
+    samples=S.unary(),
+    broadcasting=True,
+    doc="Hyperbolic tangent.",
+)
+sigmoid = primitive(
+    "sigmoid",
+    _sigmoid,
+    (lambda g, out, x: g * out * (1 - out),),
+    reference=lambda x: 1 / (1 + np.exp(-x)),
+    samples=S.unary(-6, 6),
+    broadcasting=True,
+    doc="Logistic function 1 / (1 + exp(-x)), overflow-free.",
+)
+relu = primitive(
+    "relu",
+    lambda x: np.maximum(x, 0),
+    (lambda g, out, x: g * (x > 0),),
+    reference=lambda x: x * (x > 0),
+    samples=S.unary(gap=0.1),
+    broadcasting=True,
+    doc="max(x, 0); the gradient at 0 is 0.",
+)
+
+
+def _softplus(x):
+    return np.logaddexp(x, np.zeros((), x.dtype))
+
+
+softplus = primitive(
+    "softplus",
+    _softplus,
+    (lambda g, out, x: g * _sigmoid(x),),
+    reference=lambda x: np.log(1 + np.exp(x)),
+    samples=S.unary(-5, 5),
+    broadcasting=True,
+    doc="log(1 + exp(x)), overflow-free.",
+)
+
+
+def _clip_fwd(x, lo=None, hi=None):
+    return np.clip(x, lo, hi)
+
+
+def _clip_vjp(g, out, x, lo=None, hi=None):
+    keep = np.ones(x.shape, dtype=bool)
+    if lo is not None:
+        keep &= x >= lo
+    if hi is not None:
+        keep &= x <= hi
+    return g * keep
+
+
+def _clip_samples(rng):
+    return [Sample((S.values(rng, s),), {"lo": -1.05, "hi": 0.95}) for s in [(), (7,), (3, 4)]] + [
+        Sample((S.values(rng, (5,)),), {"lo": -0.55, "hi": None})
+    ]
+
+
+_clip = primitive(
+    "clip",
+    _clip_fwd,
+    (_clip_vjp,),
+    samples=_clip_samples,
+    reference=lambda x, lo=None, hi=None: np.minimum(
+        np.maximum(x, -np.inf if lo is None else lo), np.inf if hi is None else hi
+    ),
+    doc="Clip to [lo, hi]; the gradient is zero outside.",
+)
+
+
+def clip(x, lo=None, hi=None):
+    """Clip ``x`` to [lo, hi] (either bound may be None); gradient 1 inside, 0 outside."""
+    return _clip(x, lo=lo, hi=hi)
+
+
+def _astype_fwd(x, dtype):
+    return x.astype(dtype)
+
+
+_astype = primitive(
+    "astype",
+    _astype_fwd,
+    (lambda g, out, x, dtype: g.astype(x.dtype),),
+    reference=lambda x, dtype: np.array(x, dtype=dtype),
+    samples=lambda rng: [Sample((S.values(rng, (2, 3)),), {"dtype": np.dtype(np.float64)})],
+    doc="Explicit dtype conversion; the gradient is converted back.",
+)
+
+
+def astype(x, dtype):
+    """Convert ``x`` to ``dtype`` explicitly (the only way dtypes change)."""
+    return _astype(x, dtype=np.dtype(dtype))
+
+
+# -- comparisons: values only, no gradient ------------------------------------------------------
+def _cmp(name, fn):
+    return primitive(
+        name,
+        fn,
+        None,
+        reference=fn,
+        samples=S.binary(),
+        broadcasting=True,
+        doc=f"Elementwise {name}; a bool tensor with no gradient.",
+    )
+
+
+less = _cmp("less", np.less)
+less_equal = _cmp("less_equal", np.less_equal)
+greater = _cmp("greater", np.greater)
+greater_equal = _cmp("greater_equal", np.greater_equal)
+equal = _cmp("equal", np.equal)
+not_equal = _cmp("not_equal", np.not_equal)

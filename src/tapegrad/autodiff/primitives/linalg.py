@@ -1,0 +1,86 @@
+"""Matrix multiplication, batched and broadcasting like ``np.matmul``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import unbroadcast
+from ..errors import ShapeError
+from . import samples as S
+from .registry import Sample, primitive
+
+
+def _as_matrices(a, b, g):
+    """View 1-D operands and the gradient as matrices, so one rule serves every case."""
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    g2 = g
+    if a.ndim == 1:
+        g2 = np.expand_dims(g2, -2 if b.ndim > 1 else 0)
+    if b.ndim == 1:
+        g2 = np.expand_dims(g2, -1)
+    return a2, b2, g2
+
+
+def _vjp_a(g, out, a, b):
+    a2, b2, g2 = _as_matrices(a, b, g)
+    return unbroadcast(np.matmul(g2, np.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)
+
+
+def _vjp_b(g, out, a, b):
+    a2, b2, g2 = _as_matrices(a, b, g)
+    return unbroadcast(np.matmul(np.swapaxes(a2, -1, -2), g2), b2.shape).reshape(b.shape)
+
+
+def _samples(rng):
+    pairs = [
+        ((2, 3), (3, 4)),
+        ((3,), (3, 4)),
+        ((2, 3), (3,)),
+        ((3,), (3,)),
+        ((5, 2, 3), (3, 4)),
+        ((5, 2, 3), (5, 3, 1)),
+        ((2, 1, 2, 3), (4, 3, 2)),
+        ((1, 3), (3, 1)),
+        ((0, 3), (3, 2)),
+        ((2, 0), (0, 3)),
+    ]
+    return [Sample((S.values(rng, a), S.values(rng, b))) for a, b in pairs]
+
+
+def _matmul(a, b):
+    ka = a.shape[-1] if a.ndim else None
+    kb = (b.shape[0] if b.ndim == 1 else b.shape[-2]) if b.ndim else None
+    if ka is None or kb is None:
+        raise ShapeError(
+            f"matmul: operands must have at least one dimension, got shapes {a.shape} and {b.shape}"
+        )
+    if ka != kb:
+        raise ShapeError(
+            f"matmul: shapes {a.shape} and {b.shape} do not fit: the last dim of the "
+            f"first ({ka}) must equal the {'first' if b.ndim == 1 else 'second-to-last'}"
+            f" dim of the second ({kb})"
+        )
+    return np.matmul(a, b)
+
+
+matmul = primitive(
+    "matmul",
+    _matmul,
+    (_vjp_a, _vjp_b),
+    reference=lambda a, b: _reference(a, b),
+    samples=_samples,
+    doc="Matrix product a @ b with NumPy's batching and 1-D rules.",
+)
+
+
+def _reference(a, b):
+    """Loop-free but independent of np.matmul: broadcast then sum products."""
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    out = np.sum(a2[..., :, :, None] * b2[..., None, :, :], axis=-2)
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    return out

@@ -1,0 +1,300 @@
+"""Shape primitives: reshape, permute, broadcast_to, getitem, concatenate, stack, pad.
+
+Each moves values without arithmetic, so each VJP moves the gradient back the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import normalize_axis, unbroadcast
+from ..errors import ShapeError
+from . import samples as S
+from .registry import Sample, primitive
+
+
+def _data(x):
+    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+
+
+# -- reshape -----------------------------------------------------------------------------------
+def _reshape_fwd(x, shape):
+    if -1 not in shape and int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise ShapeError(f"reshape: cannot reshape shape {x.shape} ({x.size} values) to {shape}")
+    return x.reshape(shape)
+
+
+_reshape = primitive(
+    "reshape",
+    _reshape_fwd,
+    (lambda g, out, x, shape: g.reshape(x.shape),),
+    reference=lambda x, shape: np.array(x.ravel().tolist()).reshape(shape),
+    samples=lambda rng: [
+        Sample((S.values(rng, a),), {"shape": b})
+        for a, b in [
+            ((2, 3), (3, 2)),
+            ((2, 3), (6,)),
+            ((6,), (1, 2, 3)),
+            ((2, 3, 4), (-1, 4)),
+            ((), (1, 1)),
+            ((0, 3), (3, 0)),
+        ]
+    ],
+    doc="Same values in a new shape (one -1 is inferred).",
+)
+
+
+def reshape(x, shape):
+    """``x`` with a new shape of the same size; one entry may be -1."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    return _reshape(x, shape=shape)
+
+
+def flatten(x, start_axis: int = 0):
+    """Merge the axes from ``start_axis`` on into one."""
+    shape = np.shape(_data(x))
+    start = normalize_axis(start_axis, len(shape))[0] if shape else 0
+    return reshape(x, shape[:start] + (-1 if 0 not in shape[start:] else 0,))
+
+
+def squeeze(x, axis=None):
+    """Drop size-1 axes (all of them, or those in ``axis``)."""
+    shape = np.shape(_data(x))
+    axes = (
+        tuple(i for i, n in enumerate(shape) if n == 1)
+        if axis is None
+        else normalize_axis(axis, len(shape))
+    )
+    for a in axes:
+        if shape[a] != 1:
+            raise ShapeError(f"squeeze: axis {a} of shape {shape} has size {shape[a]}, not 1")
+    return reshape(x, tuple(n for i, n in enumerate(shape) if i not in axes))
+
+
+def expand_dims(x, axis):
+    """Insert a size-1 axis at ``axis``."""
+    shape = np.shape(_data(x))
+    return reshape(x, np.expand_dims(np.empty(shape, dtype=np.bool_), axis).shape)
+
+
+# -- permute -----------------------------------------------------------------------------------
+_permute = primitive(
+    "permute",
+    lambda x, axes: np.transpose(x, axes),
+    (lambda g, out, x, axes: np.transpose(g, np.argsort(axes)),),
+    reference=lambda x, axes: np.einsum(x, list(range(x.ndim)), list(axes)),
+    samples=lambda rng: [
+        Sample((S.values(rng, s),), {"axes": a})
+        for s, a in [
+            ((2, 3), (1, 0)),
+            ((2, 3, 4), (2, 0, 1)),
+            ((2, 3, 4), (0, 2, 1)),
+            ((1, 0, 2), (2, 1, 0)),
+        ]
+    ],
+    doc="Reorder axes: out.shape[i] == x.shape[axes[i]].",
+)
+
+
+def permute(x, axes):
+    """Reorder the axes of ``x`` (like ``np.transpose(x, axes)``)."""
+    ndim = np.ndim(_data(x))
+    axes = tuple(int(a) % ndim if ndim else 0 for a in axes)
+    if sorted(axes) != list(range(ndim)):
+        raise ShapeError(f"permute: {axes} is not a permutation of the {ndim} axes of the input")
+    return _permute(x, axes=axes)
+
+
+def transpose(x, axes=None):
+    """Reverse the axes, or reorder them as ``axes``."""
+    ndim = np.ndim(_data(x))
+    return permute(x, tuple(range(ndim))[::-1] if axes is None else axes)
+
+
+# -- broadcast_to ------------------------------------------------------------------------------
+_broadcast_to = primitive(
+    "broadcast_to",
+    lambda x, shape: np.broadcast_to(x, shape),
+    (lambda g, out, x, shape: unbroadcast(g, x.shape),),
+    reference=lambda x, shape: x + np.zeros(shape),
+    samples=lambda rng: [
+        Sample((S.values(rng, a),), {"shape": b})
+        for a, b in [((3,), (2, 3)), ((2, 1), (2, 4)), ((), (3,)), ((1, 1), (2, 1, 3))]
+    ],
+    doc="A broadcast view of x; its gradient sums over the broadcast axes.",
+)
+
+
+def broadcast_to(x, shape):
+    """Broadcast ``x`` to ``shape`` (NumPy's rules)."""
+    return _broadcast_to(x, shape=tuple(int(s) for s in shape))
+
+
+# -- getitem -----------------------------------------------------------------------------------
+def _is_advanced(index) -> bool:
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, (np.ndarray, list)) for p in parts)
+
+
+def _getitem_vjp(g, out, x, index):
+    gx = np.zeros(x.shape, dtype=g.dtype)
+    parts = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(p, np.ndarray) and p.dtype.kind in "iu" for p in parts):
+        np.add.at(gx, index, g)  # integer arrays may repeat: scatter-add
+    else:
+        gx[index] = g  # basic slices and boolean masks never repeat
+    return gx
+
+
+def _getitem_samples(rng):
+    x = S.values(rng, (4, 3))
+    return [
+        Sample((x,), {"index": idx})
+        for idx in [
+            (1,),
+            (slice(1, 3),),
+            (slice(None), -1),
+            (Ellipsis, slice(None, None, 2)),
+            (None, slice(0, 2)),
+            (np.array([0, 2, 2, 3]),),
+            (slice(None), np.array([[1, 1], [0, 2]])),
+            (np.array([3, 0]), np.array([1, 1])),
+            (x[:, 0] > 0,),
+            (x > 0,),
+            (slice(4, 4),),
+        ]
+    ]
+
+
+_getitem = primitive(
+    "getitem",
+    lambda x, index: x[index],
+    (_getitem_vjp,),
+    reference=lambda x, index: np.array(x.tolist())[index],
+    samples=_getitem_samples,
+    doc="x[index] for slices, ints, None, Ellipsis, integer arrays and boolean masks; the VJP "
+    "scatter-adds, so repeated integer indices accumulate.",
+)
+
+
+def _index_part(p):
+    p = _data(p)
+    if isinstance(p, list):
+        p = np.asarray(p)
+    if isinstance(p, np.ndarray) and p.dtype.kind not in "iub":
+        raise IndexError(f"getitem: index arrays must be integer or bool, got dtype {p.dtype}")
+    return p
+
+
+def getitem(x, index):
+    """``x[index]``: basic slicing, integer arrays (repeats accumulate) and boolean masks."""
+    index = (
+        tuple(_index_part(p) for p in index) if isinstance(index, tuple) else (_index_part(index),)
+    )
+    return _getitem(x, index=index)
+
+
+# -- concatenate, stack ------------------------------------------------------------------------
+def _concat_vjp(g, out, needs, *xs, axis):
+    bounds = np.cumsum([x.shape[axis] for x in xs])[:-1]
+    return [p if need else None for p, need in zip(np.split(g, bounds, axis=axis), needs)]
+
+
+def _concat_samples(rng):
+    return [
+        Sample((S.values(rng, (2, 3)), S.values(rng, (1, 3)), S.values(rng, (4, 3))), {"axis": 0}),
+        Sample((S.values(rng, (2, 1)), S.values(rng, (2, 3))), {"axis": 1}),
+        Sample((S.values(rng, (3,)),), {"axis": 0}),
+        Sample((S.values(rng, (2, 0)), S.values(rng, (2, 2))), {"axis": 1}),
+    ]
+
+
+_concatenate = primitive(
+    "concatenate",
+    lambda *xs, axis: np.concatenate(xs, axis=axis),
+    _concat_vjp,
+    reference=lambda *xs, axis: _concat_reference(xs, axis),
+    samples=_concat_samples,
+    doc="Join tensors along an existing axis.",
+)
+
+
+def _concat_reference(xs, axis):
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    out, at = np.empty(shape), 0
+    for x in xs:
+        out[(slice(None),) * axis + (slice(at, at + x.shape[axis]),)] = x
+        at += x.shape[axis]
+    return out
+
+
+def concatenate(xs, axis: int = 0):
+    """Join a sequence of tensors along an existing axis."""
+    xs = list(xs)
+    if not xs:
+        raise ShapeError("concatenate: needs at least one tensor")
+    return _concatenate(*xs, axis=normalize_axis(axis, np.ndim(_data(xs[0])))[0])
+
+
+def _stack_vjp(g, out, needs, *xs, axis):
+    return [np.take(g, i, axis=axis) if need else None for i, need in enumerate(needs)]
+
+
+_stack = primitive(
+    "stack",
+    lambda *xs, axis: np.stack(xs, axis=axis),
+    _stack_vjp,
+    reference=lambda *xs, axis: np.moveaxis(np.array([x.tolist() for x in xs]), 0, axis),
+    samples=lambda rng: [
+        Sample((S.values(rng, (2, 3)), S.values(rng, (2, 3))), {"axis": 0}),
+        Sample((S.values(rng, (2, 3)), S.values(rng, (2, 3)), S.values(rng, (2, 3))), {"axis": 2}),
+        Sample((S.values(rng, ()),), {"axis": 0}),
+    ],
+    doc="Join tensors of one shape along a new axis.",
+)
+
+
+def stack(xs, axis: int = 0):
+    """Join a sequence of same-shape tensors along a new axis."""
+    xs = list(xs)
+    if not xs:
+        raise ShapeError("stack: needs at least one tensor")
+    return _stack(*xs, axis=normalize_axis(axis, np.ndim(_data(xs[0])) + 1)[0])
+
+
+# -- pad ---------------------------------------------------------------------------------------
+def _pad_vjp(g, out, x, pad_width, value):
+    return g[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))]
+
+
+_pad = primitive(
+    "pad",
+    lambda x, pad_width, value: np.pad(x, pad_width, constant_values=value),
+    (_pad_vjp,),
+    reference=lambda x, pad_width, value: _pad_reference(x, pad_width, value),
+    samples=lambda rng: [
+        Sample((S.values(rng, s),), {"pad_width": p, "value": v})
+        for s, p, v in [
+            ((3,), ((1, 2),), 0.0),
+            ((2, 3), ((0, 1), (2, 0)), 1.5),
+            ((1, 2, 2), ((0, 0), (1, 1), (1, 1)), 0.0),
+        ]
+    ],
+    doc="Pad with a constant value.",
+)
+
+
+def _pad_reference(x, pad_width, value):
+    out = np.full(tuple(n + lo + hi for n, (lo, hi) in zip(x.shape, pad_width)), value)
+    out[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))] = x
+    return out
+
+
+def pad(x, pad_width, value: float = 0.0):
+    """Pad with ``value``; ``pad_width`` is an int, a (before, after) pair, or one pair per axis."""
+    ndim = np.ndim(_data(x))
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (ndim, 2))
+    if (pw < 0).any():
+        raise ShapeError(f"pad: negative pad width {pad_width}")
+    return _pad(x, pad_width=tuple((int(a), int(b)) for a, b in pw), value=float(value))

@@ -1,0 +1,329 @@
+"""``Tensor``: an ndarray, its gradient, and the node that made it.
+
+Dtype rule (one, documented): a tensor made from Python numbers or lists is float32; one made
+from an ndarray keeps the array's dtype. Inside an operation, Python numbers and integer arrays
+take the dtype of the float operands; float operands of different precision are an error
+(:class:`DTypeError`), never a silent upcast. Cast explicitly with :meth:`Tensor.astype`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import DEFAULT_DTYPE
+
+
+def _as_array(data, dtype) -> np.ndarray:
+    if isinstance(data, Tensor):
+        data = data.data
+    if dtype is not None:
+        return np.asarray(data, dtype=dtype)
+    if isinstance(data, np.ndarray):
+        return data
+    arr = np.asarray(data)
+    if arr.dtype == np.float64 or arr.dtype == object:
+        arr = arr.astype(DEFAULT_DTYPE)
+    return arr
+
+
+class Tensor:
+    """An n-dimensional array that records the operations applied to it for reverse-mode AD.
+
+    ``requires_grad=True`` marks a leaf whose gradient ``backward()`` accumulates into ``.grad``
+    (an ndarray of the same shape and dtype). Only float tensors can require grad.
+    """
+
+    __slots__ = ("data", "grad", "requires_grad", "_node", "_retain", "__weakref__")
+    __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
+
+    def __init__(self, data, requires_grad: bool = False, dtype=None):
+        self.data = _as_array(data, dtype)
+        if requires_grad and self.data.dtype.kind != "f":
+            raise TypeError(f"only float tensors can require grad, got dtype {self.data.dtype}")
+        self.grad = None
+        self.requires_grad = bool(requires_grad)
+        self._node = None
+        self._retain = False
+
+    @classmethod
+    def _make(cls, data: np.ndarray, node, requires_grad: bool) -> Tensor:
+        t = object.__new__(cls)
+        t.data = data
+        t.grad = None
+        t.requires_grad = requires_grad
+        t._node = node
+        t._retain = False
+        return t
+
+    # -- plain attributes ------------------------------------------------------------------
+    shape = property(lambda self: self.data.shape)
+    dtype = property(lambda self: self.data.dtype)
+    ndim = property(lambda self: self.data.ndim)
+    size = property(lambda self: self.data.size)
+    is_leaf = property(lambda self: self._node is None)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def numpy(self) -> np.ndarray:
+        """The value as an ndarray (shared, not copied)."""
+        return self.data
+
+    def item(self) -> float:
+        return self.data.item()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def detach(self) -> Tensor:
+        """The same values, cut from the graph (shares memory)."""
+        return Tensor._make(self.data, None, False)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        if self._node is not None:
+            raise ValueError("requires_grad_ can only be set on a leaf tensor; use detach() first")
+        if flag and self.data.dtype.kind != "f":
+            raise TypeError(f"only float tensors can require grad, got dtype {self.data.dtype}")
+        self.requires_grad = flag
+        return self
+
+    def retain_grad(self) -> Tensor:
+        """Also keep the gradient of this intermediate tensor in ``.grad`` during backward."""
+        self._retain = True
+        return self
+
+    def zero_grad(self) -> None:
+        self.grad = None
+
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        """Accumulate gradients of this tensor into ``.grad`` of the leaves it depends on."""
+        from .graph import backward
+
+        backward(self, gradient, retain_graph)
+
+    def _accumulate(self, g: np.ndarray) -> None:
+        if self.grad is None:
+            self.grad = np.array(g, dtype=self.data.dtype, copy=True)
+        else:
+            self.grad += g
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.data, separator=", ", prefix="tensor(")
+        extra = ""
+        if self.data.dtype != DEFAULT_DTYPE:
+            extra += f", dtype={self.data.dtype}"
+        if self._node is not None:
+            extra += f", op={self._node.prim.name}"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
+
+    def __float__(self) -> float:
+        return float(self.data)
+
+    def __int__(self) -> int:
+        return int(self.data)
+
+    def __index__(self) -> int:
+        return self.data.__index__()
+
+    __hash__ = object.__hash__
+
+    # -- arithmetic --------------------------------------------------------------------------
+    def __add__(self, o):
+        return add(self, o)
+
+    def __radd__(self, o):
+        return add(o, self)
+
+    def __sub__(self, o):
+        return sub(self, o)
+
+    def __rsub__(self, o):
+        return sub(o, self)
+
+    def __mul__(self, o):
+        return mul(self, o)
+
+    def __rmul__(self, o):
+        return mul(o, self)
+
+    def __truediv__(self, o):
+        return div(self, o)
+
+    def __rtruediv__(self, o):
+        return div(o, self)
+
+    def __pow__(self, o):
+        return power(self, o)
+
+    def __rpow__(self, o):
+        return power(o, self)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(o, self)
+
+    def __neg__(self):
+        return neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return absolute(self)
+
+    # comparisons give non-differentiable bool tensors
+    def __lt__(self, o):
+        return less(self, o)
+
+    def __le__(self, o):
+        return less_equal(self, o)
+
+    def __gt__(self, o):
+        return greater(self, o)
+
+    def __ge__(self, o):
+        return greater_equal(self, o)
+
+    def __eq__(self, o):
+        return equal(self, o)
+
+    def __ne__(self, o):
+        return not_equal(self, o)
+
+    def __getitem__(self, index):
+        return getitem(self, index)
+
+    # -- methods mirroring the functions -------------------------------------------------------
+    def exp(self):
+        return exp(self)
+
+    def log(self):
+        return log(self)
+
+    def sqrt(self):
+        return sqrt(self)
+
+    def abs(self):
+        return absolute(self)
+
+    def sin(self):
+        return sin(self)
+
+    def cos(self):
+        return cos(self)
+
+    def tanh(self):
+        return tanh(self)
+
+    def sigmoid(self):
+        return sigmoid(self)
+
+    def relu(self):
+        return relu(self)
+
+    def clip(self, lo=None, hi=None):
+        return clip(self, lo, hi)
+
+    def sum(self, axis=None, keepdims=False):
+        return sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return min(self, axis, keepdims)
+
+    def logsumexp(self, axis=None, keepdims=False):
+        return logsumexp(self, axis, keepdims)
+
+    def softmax(self, axis=-1):
+        return softmax(self, axis)
+
+    def log_softmax(self, axis=-1):
+        return log_softmax(self, axis)
+
+    def reshape(self, *shape):
+        return reshape(
+            self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        )
+
+    def flatten(self, start_axis=0):
+        return flatten(self, start_axis)
+
+    def permute(self, *axes):
+        return permute(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes)
+
+    def transpose(self, *axes):
+        return transpose(
+            self, (axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes) or None
+        )
+
+    @property
+    def T(self):
+        return transpose(self)
+
+    def squeeze(self, axis=None):
+        return squeeze(self, axis)
+
+    def unsqueeze(self, axis):
+        return expand_dims(self, axis)
+
+    def broadcast_to(self, shape):
+        return broadcast_to(self, shape)
+
+    def astype(self, dtype):
+        return astype(self, dtype)
+
+
+# The operations the methods above delegate to; imported last because they import Tensor.
+from .ops import (  # noqa: E402
+    absolute,
+    add,
+    astype,
+    broadcast_to,
+    clip,
+    cos,
+    div,
+    equal,
+    exp,
+    expand_dims,
+    flatten,
+    getitem,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log_softmax,
+    logsumexp,
+    matmul,
+    max,
+    mean,
+    min,
+    mul,
+    neg,
+    not_equal,
+    permute,
+    power,
+    relu,
+    reshape,
+    sigmoid,
+    sin,
+    softmax,
+    sqrt,
+    squeeze,
+    sub,
+    sum,
+    tanh,
+    transpose,
+)

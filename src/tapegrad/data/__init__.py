@@ -1,0 +1,1 @@
+"""Datasets: resolution of local copies, checksummed downloads, loaders, batch iterators."""

@@ -1,0 +1,1 @@
+"""Neural-network library: modules, layers, losses, initialisers."""

@@ -1,0 +1,1 @@
+"""Optimisers, gradient clipping and learning-rate schedulers (in-place updates)."""
