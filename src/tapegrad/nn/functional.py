@@ -1,0 +1,389 @@
+"""Stateless forms of the layers and the losses: ``nn.functional.linear``, ``relu``,
+``conv2d``, ``lstm``, ``cross_entropy``, ...
+
+Each composes engine primitives (``tapegrad.ops``); the modules in :mod:`tapegrad.nn.layers`
+hold parameters and call these. Argument orders follow the names PyTorch users know
+(``embedding(indices, weight)``, ``cross_entropy(logits, target)``).
+
+Recurrent functions take time-major or batch-first input and return batch-first outputs by
+default; the input projection ``x @ W_ih^T`` is one matrix product over all time steps, and only
+the recurrence ``h @ W_hh^T`` runs step by step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..autodiff import ops
+from ..autodiff.errors import DTypeError, ShapeError
+from ..autodiff.tensor import Tensor
+from . import init as _init
+
+ArrayLike = Tensor | np.ndarray
+
+# -- activations -------------------------------------------------------------------------------
+relu = ops.relu
+tanh = ops.tanh
+sigmoid = ops.sigmoid
+softplus = ops.softplus
+
+
+def softmax(x: ArrayLike, axis: int = -1) -> Tensor:
+    """Softmax along ``axis``."""
+    return ops.softmax(x, axis)
+
+
+def log_softmax(x: ArrayLike, axis: int = -1) -> Tensor:
+    """Log-softmax along ``axis`` (stable)."""
+    return ops.log_softmax(x, axis)
+
+
+def identity(x: Tensor) -> Tensor:
+    return x
+
+
+# -- dense, dropout ----------------------------------------------------------------------------
+def linear(x: ArrayLike, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` for ``x`` of shape ``(..., in)``, ``weight (out, in)``.
+
+    Inputs of rank above 2 are folded to one ``(rows, in)`` matrix first, so the weight
+    gradient is one matrix product rather than a batch of them.
+    """
+    shape = x.shape
+    if len(shape) > 2:
+        x = ops.reshape(x, (-1, shape[-1]))
+    y = ops.matmul(x, ops.transpose(weight))
+    if bias is not None:
+        y = y + bias
+    if len(shape) > 2:
+        y = ops.reshape(y, (*shape[:-1], weight.shape[0]))
+    return y
+
+
+def dropout(
+    x: ArrayLike, p: float = 0.5, training: bool = True, rng: np.random.Generator | None = None
+) -> Tensor:
+    """Inverted dropout: zero each entry with probability ``p`` and scale the survivors by
+    ``1 / (1 - p)``, so the expectation is unchanged and evaluation needs no rescaling.
+    Identity when ``training`` is false or ``p == 0``. ``rng=None`` uses ``nn.init``'s
+    default generator."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not isinstance(x, Tensor):
+        x = Tensor(x)
+    if not training or p == 0.0:
+        return x
+    dtype = x.dtype
+    if p == 1.0:
+        return x * np.zeros(x.shape, dtype=dtype)
+    gen = rng if rng is not None else _init.default_generator()
+    keep = gen.random(x.shape, dtype=np.float32 if dtype == np.float32 else np.float64) >= p
+    mask = keep.astype(dtype)
+    mask *= dtype.type(1.0 / (1.0 - p))
+    return x * mask
+
+
+# -- convolution, pooling, embedding -----------------------------------------------------------
+def conv1d(x: ArrayLike, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0):
+    """1-D convolution (cross-correlation) of ``x (N, C, L)`` with ``weight (O, C, K)``."""
+    return ops.conv1d(x, weight, bias, stride=stride, padding=padding)
+
+
+def conv2d(x: ArrayLike, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0):
+    """2-D convolution: ``x (N, C, H, W)``, ``weight (O, C, KH, KW)``; stride, padding: int or
+    pair."""
+    return ops.conv2d(x, weight, bias, stride=stride, padding=padding)
+
+
+def max_pool1d(x: ArrayLike, kernel_size: int, stride: int | None = None) -> Tensor:
+    """Max over windows along L of ``x (N, C, L)``; ``stride`` defaults to ``kernel_size``."""
+    return ops.max_pool1d(x, kernel_size, stride)
+
+
+def max_pool2d(x: ArrayLike, kernel_size, stride=None) -> Tensor:
+    """Max over windows of ``x (N, C, H, W)``; ``stride`` defaults to ``kernel_size``."""
+    return ops.max_pool2d(x, kernel_size, stride)
+
+
+def embedding(indices, weight: Tensor) -> Tensor:
+    """Rows of ``weight (num, dim)`` picked by integer ``indices``, giving shape
+    ``indices.shape + (dim,)``. Repeated indices accumulate their gradients."""
+    idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    num = weight.shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= num):
+        bad = idx[(idx < 0) | (idx >= num)].ravel()[0]
+        raise IndexError(f"embedding: index {bad} is out of range for a table of {num} rows")
+    return ops.embedding(weight, idx)
+
+
+# -- recurrent ---------------------------------------------------------------------------------
+_NONLIN = {"tanh": ops.tanh, "relu": ops.relu}
+
+
+def _time_major_projection(x, weight_ih, bias, batch_first: bool):
+    """``x @ W_ih^T + bias`` for every step at once, as a ``(T, N, G)`` tensor."""
+    if x.ndim != 3:
+        raise ShapeError(f"recurrent: input must be 3-D (batch, time, features), got {x.shape}")
+    xt = ops.permute(x, (1, 0, 2)) if batch_first else x
+    return linear(xt, weight_ih, bias)
+
+
+def _bias_sum(b1, b2):
+    if b1 is None:
+        return b2
+    return b1 if b2 is None else b1 + b2
+
+
+def _stack_outputs(hs: list, batch_first: bool) -> Tensor:
+    return ops.stack(hs, axis=1 if batch_first else 0)
+
+
+def rnn_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh"):
+    """One Elman step ``act(x @ W_ih^T + b_ih + h @ W_hh^T + b_hh)``; ``x (N, I)``, ``h (N, H)``."""
+    pre = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh)) + ops.matmul(
+        h, ops.transpose(weight_hh)
+    )
+    return _NONLIN[nonlinearity](pre)
+
+
+def rnn(
+    x: ArrayLike,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+    h0: ArrayLike | None = None,
+    nonlinearity: str = "tanh",
+    batch_first: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Elman RNN over a sequence; returns (all hidden states, last hidden state ``(N, H)``).
+
+    ``x`` is ``(N, T, I)`` (``(T, N, I)`` when ``batch_first=False``); ``h0`` defaults to zeros.
+    Both biases are added once, inside the input projection.
+    """
+    if nonlinearity not in _NONLIN:
+        raise ValueError(f"rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+    act = _NONLIN[nonlinearity]
+    xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+    whh_t = ops.transpose(weight_hh)
+    h = h0
+    hs = []
+    for t in range(xp.shape[0]):
+        pre = xp[t] if h is None else xp[t] + ops.matmul(h, whh_t)
+        h = act(pre)
+        hs.append(h)
+    return _stack_outputs(hs, batch_first), h
+
+
+def _lstm_step(gx, h, c, whh_t, hidden):
+    gates = gx if h is None else gx + ops.matmul(h, whh_t)
+    H = hidden
+    s = ops.sigmoid(gates)
+    i, f, o = s[:, :H], s[:, H : 2 * H], s[:, 3 * H :]
+    g = ops.tanh(gates[:, 2 * H : 3 * H])
+    c = i * g if c is None else f * c + i * g
+    h = o * ops.tanh(c)
+    return h, c
+
+
+def lstm_cell(x, state, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
+    """One LSTM step; ``state = (h, c)`` each ``(N, H)``; gates stacked in order i, f, g, o."""
+    h, c = state
+    gx = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
+    return _lstm_step(gx, h, c, ops.transpose(weight_hh), weight_hh.shape[1])
+
+
+def lstm(
+    x: ArrayLike,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+    state: tuple[ArrayLike, ArrayLike] | None = None,
+    batch_first: bool = True,
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """LSTM over a sequence; returns (outputs, (h, c)) with ``h, c`` of shape ``(N, H)``.
+
+    Weights stack the gates as ``[i; f; g; o]`` (``weight_ih (4H, I)``, ``weight_hh (4H, H)``);
+    ``c' = f*c + i*g``, ``h' = o*tanh(c')``. ``state`` defaults to zeros.
+    """
+    H = weight_hh.shape[1]
+    xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+    whh_t = ops.transpose(weight_hh)
+    h, c = (None, None) if state is None else state
+    hs = []
+    for t in range(xp.shape[0]):
+        h, c = _lstm_step(xp[t], h, c, whh_t, H)
+        hs.append(h)
+    return _stack_outputs(hs, batch_first), (h, c)
+
+
+def _gru_step(gx, h, whh_t, bias_hh, hidden):
+    H = hidden
+    if h is not None:
+        gh = ops.matmul(h, whh_t)
+        if bias_hh is not None:
+            gh = gh + bias_hh
+    else:
+        gh = bias_hh  # zero state: only the (3H,) bias is left of the recurrent term
+    if gh is None:
+        rz = ops.sigmoid(gx[:, : 2 * H])
+        n = ops.tanh(gx[:, 2 * H :])
+    else:
+        rz = ops.sigmoid(gx[:, : 2 * H] + gh[..., : 2 * H])
+        n = ops.tanh(gx[:, 2 * H :] + rz[:, :H] * gh[..., 2 * H :])
+    z = rz[:, H:]
+    return n - z * n if h is None else n + z * (h - n)
+
+
+def gru_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
+    """One GRU step; gates stacked in order r, z, n; ``h' = (1 - z) * n + z * h``."""
+    gx = linear(x, weight_ih, bias_ih)
+    return _gru_step(gx, h, ops.transpose(weight_hh), bias_hh, weight_hh.shape[1])
+
+
+def gru(
+    x: ArrayLike,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+    h0: ArrayLike | None = None,
+    batch_first: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """GRU over a sequence; returns (outputs, last hidden ``(N, H)``).
+
+    Gates stacked ``[r; z; n]``: ``r, z = sigmoid(W_i x + b_i + W_h h + b_h)``,
+    ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``.
+    ``b_hh`` stays inside the recurrence because ``r`` multiplies its ``n`` part.
+    """
+    H = weight_hh.shape[1]
+    xp = _time_major_projection(x, weight_ih, bias_ih, batch_first)
+    whh_t = ops.transpose(weight_hh)
+    h = h0
+    hs = []
+    for t in range(xp.shape[0]):
+        h = _gru_step(xp[t], h, whh_t, bias_hh, H)
+        hs.append(h)
+    return _stack_outputs(hs, batch_first), h
+
+
+# -- losses ------------------------------------------------------------------------------------
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_reduction(fname: str, reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{fname}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def _target_array(target) -> np.ndarray:
+    return np.asarray(target.data if isinstance(target, Tensor) else target)
+
+
+def _float_target(fname: str, target, logits: Tensor):
+    """Float targets must share the logits' dtype; integer/bool ones are lifted to it."""
+    arr = _target_array(target)
+    if arr.dtype.kind in "biu":
+        return arr.astype(logits.dtype)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{fname}: target must be numeric, got dtype {arr.dtype}")
+    if arr.dtype != logits.dtype:
+        raise DTypeError(
+            f"{fname}: target has dtype {arr.dtype}, logits have {logits.dtype}; cast one "
+            f"explicitly (tapegrad never promotes silently)"
+        )
+    return target if isinstance(target, Tensor) else arr
+
+
+def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Softmax cross-entropy of ``logits (N, C)``, fused and stable.
+
+    ``target`` is either integer class labels ``(N,)`` in ``[0, C)`` or float class
+    probabilities / one-hot rows ``(N, C)``. ``reduction``: "mean" over the batch, "sum", or
+    "none" (one loss per sample).
+    """
+    _check_reduction("cross_entropy", reduction)
+    if logits.ndim != 2:
+        raise ShapeError(f"cross_entropy: logits must be (N, C), got shape {logits.shape}")
+    n, c = logits.shape
+    arr = _target_array(target)
+    if arr.dtype.kind in "iu":
+        if arr.shape != (n,):
+            raise ShapeError(
+                f"cross_entropy: integer labels must have shape ({n},) for logits {logits.shape}, "
+                f"got {arr.shape}"
+            )
+        if arr.size and (arr.min() < 0 or arr.max() >= c):
+            bad = arr[(arr < 0) | (arr >= c)][0]
+            raise IndexError(
+                f"cross_entropy: label {bad} is out of range for {c} classes (valid: 0..{c - 1})"
+            )
+        return ops.softmax_cross_entropy(logits, arr, reduction=reduction)
+    if arr.dtype.kind == "f":
+        if arr.shape != (n, c):
+            raise ShapeError(
+                f"cross_entropy: probability targets must have the logits' shape {logits.shape}, "
+                f"got {arr.shape}"
+            )
+        return ops.softmax_cross_entropy(
+            logits, _float_target("cross_entropy", target, logits), reduction=reduction
+        )
+    raise TypeError(
+        f"cross_entropy: target must be integer labels or float probabilities, got {arr.dtype}"
+    )
+
+
+def binary_cross_entropy_with_logits(logits: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Sigmoid + binary cross-entropy in one stable step; ``target`` (0/1 or probabilities) has
+    the logits' shape."""
+    name = "binary_cross_entropy_with_logits"
+    _check_reduction(name, reduction)
+    arr = _target_array(target)
+    if arr.shape != logits.shape:
+        raise ShapeError(f"{name}: target shape {arr.shape} differs from logits {logits.shape}")
+    return ops.bce_with_logits(logits, _float_target(name, target, logits), reduction=reduction)
+
+
+def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Mean squared error ``(input - target)^2``, averaged ("mean"), summed or per entry."""
+    _check_reduction("mse_loss", reduction)
+    arr = _target_array(target)
+    if arr.shape != input.shape:
+        raise ShapeError(f"mse_loss: target shape {arr.shape} differs from input {input.shape}")
+    d = input - (target if isinstance(target, Tensor) else _float_target("mse_loss", arr, input))
+    sq = d * d
+    if reduction == "mean":
+        return ops.mean(sq)
+    if reduction == "sum":
+        return ops.sum(sq)
+    return sq
+
+
+__all__ = [
+    "relu",
+    "tanh",
+    "sigmoid",
+    "softplus",
+    "softmax",
+    "log_softmax",
+    "identity",
+    "linear",
+    "dropout",
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+    "embedding",
+    "rnn_cell",
+    "rnn",
+    "lstm_cell",
+    "lstm",
+    "gru_cell",
+    "gru",
+    "cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "mse_loss",
+]

@@ -1,0 +1,35 @@
+"""``Dropout``: random zeroing during training, identity in evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...autodiff.tensor import Tensor
+from .. import functional as F
+from .. import init
+from ..module import Module
+
+
+class Dropout(Module):
+    """In training mode zero each entry with probability ``p`` and scale the rest by
+    ``1 / (1 - p)`` (inverted dropout); in ``eval()`` mode return the input unchanged.
+
+    Masks come from the layer's own generator: ``rng`` if given, else one seeded from
+    ``nn.init``'s default generator when the layer is built, so ``nn.init.manual_seed``
+    reproduces the masks as well as the weights.
+    """
+
+    def __init__(self, p: float = 0.5, rng: np.random.Generator | None = None) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+        self.p = float(p)
+        if rng is None:
+            rng = np.random.default_rng(init.default_generator().integers(2**63))
+        self.rng = rng
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training, self.rng)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

@@ -1,0 +1,47 @@
+"""``Linear``: an affine map of the last axis."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...autodiff.tensor import Tensor
+from .. import functional as F
+from .. import init
+from ..module import Module
+from ..parameter import Parameter
+from ._check import fail
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias`` over the last axis of ``x (..., in_features)``.
+
+    ``weight (out_features, in_features)``, ``bias (out_features,)`` — the layout PyTorch uses,
+    so weights copy across 1:1. Initialisation: Xavier/Glorot uniform weight, zero bias, drawn
+    from ``rng`` (default: ``nn.init``'s seedable generator).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        rng: np.random.Generator | None = None,
+        dtype=np.float32,
+    ) -> None:
+        super().__init__()
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.weight = Parameter(np.empty((out_features, in_features), dtype=dtype))
+        init.xavier_uniform_(self.weight, rng=rng)
+        self.bias = Parameter(np.zeros(out_features, dtype=dtype)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim < 1 or x.shape[-1] != self.in_features:
+            fail(self, f"input of shape (..., {self.in_features})", x.shape)
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )

@@ -1,0 +1,346 @@
+"""``Module``: the base of every layer and model, plus the containers ``Sequential`` and
+``ModuleList``.
+
+A Module owns Parameters and sub-Modules, registered simply by assigning them to attributes
+(``self.weight = Parameter(...)``, ``self.fc = Linear(...)``), in assignment order. From that
+registry come ``parameters()``, dotted ``named_parameters()``, ``state_dict()`` and
+``load_state_dict()``, ``train()``/``eval()`` and a nested ``repr``. Parameters live in the
+instance ``__dict__`` as well, so reading ``self.weight`` in ``forward`` costs a plain attribute
+lookup.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..autodiff.tensor import Tensor
+from .parameter import Parameter
+
+
+class StateDictError(ValueError):
+    """``load_state_dict`` found missing, unexpected or mismatched entries (nothing was loaded)."""
+
+
+class LoadResult(NamedTuple):
+    """Names ``load_state_dict(strict=False)`` skipped."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class Module:
+    """Base class of layers and models: subclass it, assign parameters and sub-modules in
+    ``__init__`` (after ``super().__init__()``), and define ``forward``."""
+
+    training: bool
+
+    def __init__(self) -> None:
+        d = self.__dict__
+        d["_parameters"] = OrderedDict()
+        d["_modules"] = OrderedDict()
+        d["training"] = True
+
+    # -- registration ---------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        d = self.__dict__
+        params = d.get("_parameters")
+        if params is None:
+            if isinstance(value, (Parameter, Module)):
+                raise AttributeError(
+                    f"{type(self).__name__}: call super().__init__() before assigning "
+                    f"parameters or sub-modules (while setting {name!r})"
+                )
+            object.__setattr__(self, name, value)
+            return
+        modules = d["_modules"]
+        if isinstance(value, Parameter):
+            modules.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            params.pop(name, None)
+            modules[name] = value
+        elif name in params:
+            if value is not None:
+                raise TypeError(
+                    f"{type(self).__name__}: cannot assign {type(value).__name__} to parameter "
+                    f"{name!r}; assign an nn.Parameter or None"
+                )
+            params[name] = None
+        elif name in modules:
+            if value is not None:
+                raise TypeError(
+                    f"{type(self).__name__}: cannot assign {type(value).__name__} to sub-module "
+                    f"{name!r}; assign an nn.Module or None"
+                )
+            modules[name] = None
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """Register ``param`` (or an empty slot, ``None``) under ``name``."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+        self._parameters[name] = param
+        object.__setattr__(self, name, param)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Register ``module`` under ``name`` (names need not be identifiers: "0", "1", ...)."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module, got {type(module).__name__}")
+        self._modules[name] = module
+        object.__setattr__(self, name, module)
+
+    # -- traversal ------------------------------------------------------------------------
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """``(dotted name, parameter)`` pairs: own parameters in assignment order, then each
+        sub-module's. A parameter shared by two modules appears once, under its first name."""
+        seen: set[int] = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for name, p in m._parameters.items():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield (f"{mprefix}.{name}" if mprefix else name), p
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """Every parameter (see :meth:`named_parameters`), e.g. for an optimiser."""
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        for name, m in self._modules.items():
+            if m is not None:
+                yield name, m
+
+    def children(self) -> Iterator[Module]:
+        """Direct sub-modules, in assignment order."""
+        for _, m in self.named_children():
+            yield m
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """This module (name ``prefix``) and every descendant, depth first, each once."""
+        seen: set[int] = set()
+        stack: list[tuple[str, Module]] = [(prefix, self)]
+        while stack:
+            name, m = stack.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            yield name, m
+            kids = [(f"{name}.{k}" if name else k, c) for k, c in m.named_children()]
+            stack.extend(reversed(kids))
+
+    def modules(self) -> Iterator[Module]:
+        """This module and every descendant, depth first."""
+        for _, m in self.named_modules():
+            yield m
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call ``fn`` on every sub-module (children first) and then on this one."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def num_parameters(self) -> int:
+        """Total number of parameter entries."""
+        return sum(p.size for p in self.parameters())
+
+    # -- modes, gradients, dtype ---------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode (Dropout active) on this module and all descendants."""
+        for m in self.modules():
+            m.__dict__["training"] = bool(mode)
+        return self
+
+    def eval(self) -> Module:
+        """Set evaluation mode (Dropout off) on this module and all descendants."""
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        """Forget every parameter's accumulated gradient (``grad = None``)."""
+        for p in self.parameters():
+            p.grad = None
+
+    def requires_grad_(self, flag: bool = True) -> Module:
+        """Freeze (``False``) or unfreeze every parameter."""
+        for p in self.parameters():
+            p.requires_grad = bool(flag)
+        return self
+
+    def to(self, dtype) -> Module:
+        """Convert every parameter to float ``dtype`` (e.g. ``np.float64`` for gradchecks).
+
+        The Parameter objects stay the same but get new arrays, so build optimisers after this.
+        """
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f":
+            raise TypeError(f"Module.to: parameters must stay floating point, got {dtype}")
+        for p in self.parameters():
+            if p.data.dtype != dtype:
+                p.data = p.data.astype(dtype)
+                p.grad = None
+        return self
+
+    def double(self) -> Module:
+        return self.to(np.float64)
+
+    def float(self) -> Module:
+        return self.to(np.float32)
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self) -> OrderedDict[str, np.ndarray]:
+        """Ordered ``name -> copy of the parameter's array`` (names as in named_parameters)."""
+        return OrderedDict((n, p.data.copy()) for n, p in self.named_parameters())
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True) -> LoadResult:
+        """Copy values from ``state_dict`` into the parameters, in place.
+
+        Everything is checked first: with ``strict`` every parameter must be present and every
+        entry must name a parameter; always, shapes and dtypes must match exactly (no silent
+        cast). Any problem raises one :class:`StateDictError` listing all of them and leaves
+        the model untouched. On success values are copied with ``np.copyto``, so arrays held by
+        an optimiser stay valid.
+        """
+        own = OrderedDict(self.named_parameters())
+        missing = [n for n in own if n not in state_dict]
+        unexpected = [n for n in state_dict if n not in own]
+        problems: list[str] = []
+        values: dict[str, np.ndarray] = {}
+        for name, p in own.items():
+            if name not in state_dict:
+                continue
+            v = state_dict[name]
+            v = np.asarray(v.data if isinstance(v, Tensor) else v)
+            if v.shape != p.shape:
+                problems.append(f"  {name}: shape {v.shape} given, the model has {p.shape}")
+            elif v.dtype != p.dtype:
+                problems.append(f"  {name}: dtype {v.dtype} given, the model has {p.dtype}")
+            values[name] = v
+        if strict:
+            problems += [f"  missing: {n} {own[n].shape}" for n in missing]
+            problems += [f"  unexpected: {n}" for n in unexpected]
+        if problems:
+            raise StateDictError(
+                f"load_state_dict into {type(self).__name__}: {len(problems)} problem(s), "
+                f"nothing was loaded:\n" + "\n".join(problems)
+            )
+        for name, v in values.items():
+            np.copyto(own[name].data, v)
+        return LoadResult(missing, unexpected)
+
+    # -- calling, printing ---------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        """The arguments shown inside ``Name(...)``; layers override it."""
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        for name, m in self._modules.items():
+            body = repr(m).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        head = f"{type(self).__name__}({extra}" if extra else f"{type(self).__name__}("
+        return head + "\n" + "\n".join(lines) + "\n)"
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters are registered under "0", "1", ..."""
+
+    def __init__(self, modules: Iterable[Module] = ()) -> None:
+        super().__init__()
+        self.extend(modules)
+
+    def _items(self) -> list[Module]:
+        return list(self._modules.values())
+
+    def _reindex(self, items: list[Module]) -> None:
+        for k in list(self._modules):
+            object.__delattr__(self, k)
+        self._modules.clear()
+        for i, m in enumerate(items):
+            self.add_module(str(i), m)
+
+    def append(self, module: Module) -> ModuleList:
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        items = self._items()
+        items.insert(index, module)
+        self._reindex(items)
+
+    def __getitem__(self, index):
+        items = self._items()
+        if isinstance(index, slice):
+            return type(self)(items[index])
+        return items[index]
+
+    def __setitem__(self, index: int, module: Module) -> None:
+        items = self._items()
+        items[index] = module
+        self._reindex(items)
+
+    def __delitem__(self, index) -> None:
+        items = self._items()
+        del items[index]
+        self._reindex(items)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._items())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleList is a container; call its modules one by one")
+
+
+class Sequential(ModuleList):
+    """Modules applied one after another: ``Sequential(a, b, c)(x) == c(b(a(x)))``.
+
+    Supports ``len``, iteration, indexing (a slice gives a Sequential) and ``append``.
+    """
+
+    def __init__(self, *modules: Module) -> None:
+        if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
+            modules = tuple(modules[0])
+        for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise TypeError(f"Sequential: item {i} is a {type(m).__name__}, not an nn.Module")
+        super().__init__(modules)
+
+    def __getitem__(self, index):
+        items = self._items()
+        if isinstance(index, slice):
+            return Sequential(*items[index])
+        return items[index]
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
