@@ -37,6 +37,9 @@ class Module:
     ``__init__`` (after ``super().__init__()``), and define ``forward``."""
 
     training: bool
+    _load_aliases: dict[str, str] = {}
+    """Other names ``load_state_dict`` accepts for this module's parameters (alias -> name),
+    e.g. the recurrent layers accept PyTorch's single-layer names ``weight_ih_l0``."""
 
     def __init__(self) -> None:
         d = self.__dict__
@@ -214,6 +217,7 @@ class Module:
         an optimiser stay valid.
         """
         own = OrderedDict(self.named_parameters())
+        state_dict = self._resolve_aliases(state_dict)
         missing = [n for n in own if n not in state_dict]
         unexpected = [n for n in state_dict if n not in own]
         problems: list[str] = []
@@ -239,6 +243,19 @@ class Module:
         for name, v in values.items():
             np.copyto(own[name].data, v)
         return LoadResult(missing, unexpected)
+
+    def _resolve_aliases(self, state_dict: dict) -> dict:
+        """Rename entries given under a sub-module's alias to the parameter's own name."""
+        renames = {}
+        for prefix, m in self.named_modules():
+            for alias, name in m._load_aliases.items():
+                full_alias = f"{prefix}.{alias}" if prefix else alias
+                full_name = f"{prefix}.{name}" if prefix else name
+                if full_alias in state_dict and full_name not in state_dict:
+                    renames[full_alias] = full_name
+        if not renames:
+            return state_dict
+        return {renames.get(k, k): v for k, v in state_dict.items()}
 
     # -- calling, printing ---------------------------------------------------------------------
     def forward(self, *args, **kwargs):

@@ -4,8 +4,10 @@ Parameters use PyTorch's names and layouts so weights copy across 1:1: ``weight_
 (G*H, I)``, ``weight_hh (G*H, H)``, ``bias_ih (G*H,)``, ``bias_hh (G*H,)`` with the gate blocks
 stacked as i, f, g, o (LSTM, G = 4) and r, z, n (GRU, G = 3). Inputs are batch-first
 ``(N, T, I)`` by default; outputs are all hidden states ``(N, T, H)`` and the last state
-``(N, H)`` (no leading layer axis). The input projection of all T steps is a single matrix
-product; only the recurrence loops over time, never over samples.
+``(N, H)`` (no leading layer axis). ``load_state_dict`` also accepts PyTorch's single-layer
+names (``weight_ih_l0``, ...), so a PyTorch state dict loads unchanged. The input projection
+of all T steps is a single matrix product; only the recurrence loops over time, never over
+samples.
 
 Initialisation: each ``(H, I)`` and ``(H, H)`` gate block gets its own Xavier/Glorot uniform
 draw (each block is a separate linear map, so its fans are its own), biases are zero.
@@ -26,6 +28,7 @@ from ._check import check_input
 
 class _Recurrent(Module):
     gates = 1
+    _load_aliases = {f"{n}_l0": n for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
 
     def __init__(self, input_size, hidden_size, bias, batch_first, rng, dtype) -> None:
         super().__init__()
