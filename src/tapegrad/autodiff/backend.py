@@ -57,4 +57,7 @@ def expand_reduced(g: np.ndarray, in_ndim: int, axes: tuple[int, ...], keepdims:
     """Give a reduction's output gradient back the reduced axes (as size-1 dims)."""
     if keepdims or not axes or in_ndim == 0:
         return g
-    return np.expand_dims(g, axes)
+    shape = list(g.shape)
+    for a in axes:  # axes are sorted, so each insert lands at its final position
+        shape.insert(a, 1)
+    return g.reshape(shape)

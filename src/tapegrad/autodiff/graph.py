@@ -19,6 +19,7 @@ import numpy as np
 
 from .backend import DEFAULT_DTYPE, unbroadcast
 from .errors import DTypeError, GraphError, ShapeError
+from .primitives import registry
 from .tensor import Tensor
 
 
@@ -153,14 +154,17 @@ def apply(prim, *args, **attrs) -> Tensor:
     if type(out) is not np.ndarray:
         out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
     if _GradMode.enabled and prim.differentiable:
-        parents = tuple(
-            a
-            if isinstance(a, Tensor) and a.requires_grad and prim.differentiable_input(i)
-            else None
-            for i, a in enumerate(args)
-        )
-        if any(p is not None for p in parents):
-            node = Node(prim, parents, arrays, out, attrs, aux)
+        mask = prim.diff_mask
+        parents = []
+        record = False
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor) and a.requires_grad and (mask is None or mask[i]):
+                parents.append(a)
+                record = True
+            else:
+                parents.append(None)
+        if record:
+            node = Node(prim, tuple(parents), arrays, out, attrs, aux)
             return Tensor._make(out, node, True)
     return Tensor._make(out, None, False)
 
@@ -236,3 +240,6 @@ def backward(root: Tensor, gradient=None, retain_graph: bool = False) -> None:
                 grads[k] = gp if prev is None else prev + gp
         if not retain_graph:
             node.release()
+
+
+registry._engine_apply = apply

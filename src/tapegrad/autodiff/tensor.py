@@ -1,8 +1,8 @@
 """``Tensor``: an ndarray, its gradient, and the node that made it.
 
 Dtype rule (one, documented): a tensor made from Python numbers or lists is float32; one made
-from an ndarray keeps the array's dtype. Inside an operation, Python numbers and integer arrays
-take the dtype of the float operands; float operands of different precision are an error
+from an ndarray or NumPy scalar keeps its dtype. Inside an operation, Python numbers and integer
+arrays take the dtype of the float operands; float operands of different precision are an error
 (:class:`DTypeError`), never a silent upcast. Cast explicitly with :meth:`Tensor.astype`.
 """
 
@@ -18,8 +18,8 @@ def _as_array(data, dtype) -> np.ndarray:
         data = data.data
     if dtype is not None:
         return np.asarray(data, dtype=dtype)
-    if isinstance(data, np.ndarray):
-        return data
+    if isinstance(data, (np.ndarray, np.generic)):
+        return np.asarray(data)  # NumPy arrays and scalars keep their dtype
     arr = np.asarray(data)
     if arr.dtype == np.float64 or arr.dtype == object:
         arr = arr.astype(DEFAULT_DTYPE)

@@ -57,6 +57,7 @@ class Primitive:
         "broadcasting",
         "aux",
         "differentiable",
+        "diff_mask",
         "doc",
     )
 
@@ -81,6 +82,9 @@ class Primitive:
         else:
             self.vjps, self.vjp_all = tuple(vjp), None
             self.differentiable = any(v is not None for v in self.vjps)
+        self.diff_mask = (
+            None if self.vjp_all is not None else tuple(v is not None for v in self.vjps)
+        )
         self.reference = reference
         self.samples = samples
         self.broadcasting = broadcasting
@@ -93,12 +97,17 @@ class Primitive:
         return i < len(self.vjps) and self.vjps[i] is not None
 
     def __call__(self, *args: Any, **attrs: Any):
-        from ..graph import apply
-
-        return apply(self, *args, **attrs)
+        return _engine_apply(self, *args, **attrs)
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _engine_apply(prim, *args, **attrs):
+    # Replaced by ``graph.apply`` when the engine is imported (the registry sits below the graph).
+    from ..graph import apply
+
+    return apply(prim, *args, **attrs)
 
 
 REGISTRY: dict[str, Primitive] = {}
