@@ -23,7 +23,9 @@ def _check(ours_fn, theirs_fn, logits, target, target_grad=False):
     a = tg.tensor(logits, requires_grad=True)
     b = torch.tensor(logits, requires_grad=True)
     ta = tg.tensor(target, requires_grad=True) if target_grad else target
-    tb = torch.tensor(target, requires_grad=target_grad)
+    tb = torch.tensor(  # torch wants int64 labels; ours take any integer dtype
+        target.astype(np.int64) if target.dtype.kind in "iu" else target, requires_grad=target_grad
+    )
     la, lb = ours_fn(a, ta), theirs_fn(b, tb)
     np.testing.assert_allclose(la.data, lb.detach().numpy(), rtol=RTOL, atol=ATOL)
     v = np.random.default_rng(5).standard_normal(la.shape).astype(np.float32)

@@ -130,6 +130,20 @@ def _time_major_projection(x, weight_ih, bias, batch_first: bool):
     return linear(xt, weight_ih, bias)
 
 
+def _unstack(x: Tensor) -> list[Tensor]:
+    """``[x[0], x[1], ...]`` along the first (time) axis, split by halving.
+
+    Slicing one step at a time would cost O(T^2) in the backward pass, because each slice's
+    gradient is a zero array the size of ``x``; halving makes each level of the split cost one
+    ``x``-sized array, O(T log T) in all.
+    """
+    T = x.shape[0]
+    if T <= 4:
+        return [x[t] for t in range(T)]
+    mid = T // 2
+    return _unstack(x[:mid]) + _unstack(x[mid:])
+
+
 def _bias_sum(b1, b2):
     if b1 is None:
         return b2
@@ -170,8 +184,8 @@ def rnn(
     whh_t = ops.transpose(weight_hh)
     h = h0
     hs = []
-    for t in range(xp.shape[0]):
-        pre = xp[t] if h is None else xp[t] + ops.matmul(h, whh_t)
+    for xt in _unstack(xp):
+        pre = xt if h is None else xt + ops.matmul(h, whh_t)
         h = act(pre)
         hs.append(h)
     return _stack_outputs(hs, batch_first), h
@@ -214,8 +228,8 @@ def lstm(
     whh_t = ops.transpose(weight_hh)
     h, c = (None, None) if state is None else state
     hs = []
-    for t in range(xp.shape[0]):
-        h, c = _lstm_step(xp[t], h, c, whh_t, H)
+    for xt in _unstack(xp):
+        h, c = _lstm_step(xt, h, c, whh_t, H)
         hs.append(h)
     return _stack_outputs(hs, batch_first), (h, c)
 
@@ -264,8 +278,8 @@ def gru(
     whh_t = ops.transpose(weight_hh)
     h = h0
     hs = []
-    for t in range(xp.shape[0]):
-        h = _gru_step(xp[t], h, whh_t, bias_hh, H)
+    for xt in _unstack(xp):
+        h = _gru_step(xt, h, whh_t, bias_hh, H)
         hs.append(h)
     return _stack_outputs(hs, batch_first), h
 
