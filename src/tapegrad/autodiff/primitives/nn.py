@@ -7,11 +7,12 @@ the batch; the only Python loops run over kernel offsets.
 * Convolution: im2col through a strided view of the padded input, copied once into
   ``cols`` (N, C*prod(K), prod(out)) and multiplied by the flattened weight with one batched
   BLAS matmul. ``cols`` is saved (``aux``) for the weight gradient; the input gradient is
-  ``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. The bias is
-  fused: added in place to the matmul output, its gradient a sum of ``g``.
-* Max pooling: one comparison pass per kernel offset over strided slices, keeping the running
-  maximum and the offset that holds it (the first one at ties); that offset map is the ``aux``
-  the backward routes the gradient with.
+  ``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. 1-d
+  convolution at stride 1 skips im2col: one matmul per kernel tap on shifted views (faster, see
+  ``_shifted``). The bias is fused: added in place to the output, its gradient a sum of ``g``.
+* Max pooling: a compiled loop (``kernels.pool``) keeps each window's maximum and the offset
+  that holds it (the first one at ties); that offset map is the ``aux`` the backward routes the
+  gradient with.
 * Embedding: a row gather forward; the backward scatter-adds the output gradient into a zero
   table with a compiled loop (``kernels.scatter``), so repeated indices accumulate.
 * Losses: softmax cross-entropy (class ids or probability targets) from a max-subtracted
@@ -31,7 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DTypeError, ShapeError
-from ..kernels import scatter_add_rows
+from ..kernels import max_pool_backward, max_pool_forward, scatter_add_rows
 from . import samples as S
 from .registry import Sample, primitive
 
@@ -109,26 +110,57 @@ def _col2im(
     return gx
 
 
+def _shifted(x, w, stride) -> bool:
+    # 1-d, stride 1: each kernel tap k is a plain matmul with the view xp[:, :, k:k+L'] (a valid
+    # BLAS operand, rows just longer than L'), so no im2col copy is needed, and the backward
+    # adds K (N, C, L') products instead of folding a K-times larger column gradient. Measured
+    # on the text-CNN shape (64, 50, 130) * (8, 50, 3): forward 0.24 ms against 0.33 ms,
+    # backward 0.95 ms against 1.6 ms.
+    return x.ndim == 3 and stride == (1,)
+
+
 def _conv_fwd(x, w, *bias, stride, padding):
-    cols, out_shape = _im2col(x, w.shape[2:], stride, padding)
-    out = np.matmul(w.reshape(w.shape[0], -1), cols)
+    if _shifted(x, w, stride):
+        xp = _pad_input(x, padding)
+        length = xp.shape[2] - w.shape[2] + 1
+        out = np.matmul(w[:, :, 0], xp[:, :, :length])
+        for k in range(1, w.shape[2]):
+            out += np.matmul(w[:, :, k], xp[:, :, k : k + length])
+        saved = xp
+    else:
+        saved, out_shape = _im2col(x, w.shape[2:], stride, padding)
+        out = np.matmul(w.reshape(w.shape[0], -1), saved)
+        out = out.reshape(out.shape[:2] + out_shape)
     if bias:
-        out += bias[0][:, None]
-    return out.reshape(out.shape[:2] + out_shape), cols
+        out += bias[0].reshape((-1,) + (1,) * (x.ndim - 2))
+    return out, saved
 
 
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, aux):
-    cols = aux
     n, o = g.shape[:2]
-    g2 = g.reshape(n, o, -1)
     grads = [None] * (2 + len(bias))
+    if bias and needs[2]:
+        grads[2] = g.sum(axis=(0,) + tuple(range(2, g.ndim)))
+    if _shifted(x, w, stride):
+        xp, length = aux, g.shape[2]
+        if needs[0]:
+            gxp = np.zeros(xp.shape, dtype=g.dtype)
+            for k in range(w.shape[2]):
+                gxp[:, :, k : k + length] += np.matmul(w[:, :, k].T, g)
+            grads[0] = gxp[:, :, padding[0] : padding[0] + x.shape[2]] if padding[0] else gxp
+        if needs[1]:
+            gw = np.empty(w.shape, dtype=g.dtype)
+            for k in range(w.shape[2]):
+                gw[:, :, k] = np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1)).sum(0)
+            grads[1] = gw
+        return grads
+    cols = aux
+    g2 = g.reshape(n, o, -1)
     if needs[0]:
         gcols = np.matmul(w.reshape(o, -1).T, g2)
         grads[0] = _col2im(gcols, x.shape, w.shape[2:], stride, padding, g.shape[2:])
     if needs[1]:
         grads[1] = np.matmul(g2, cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.shape)
-    if bias and needs[2]:
-        grads[2] = g2.sum(axis=(0, 2))
     return grads
 
 
@@ -191,7 +223,7 @@ _conv1d = primitive(
     samples=_conv_samples(1),
     aux=True,
     doc="1-d cross-correlation of (N, C, L) with (O, C, K) (+ bias (O,)), with stride and zero "
-    "padding; im2col + one batched matmul.",
+    "padding; one matmul per kernel tap at stride 1, im2col + one batched matmul otherwise.",
 )
 _conv2d = primitive(
     "conv2d",
@@ -289,29 +321,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 
 # -- max pooling -----------------------------------------------------------------------------
 def _pool_fwd(x, kernel, stride):
-    out_shape = tuple((n - k) // s + 1 for n, k, s in zip(x.shape[2:], kernel, stride))
-    offsets = list(itertools.product(*(range(k) for k in kernel)))
-    best = x[_offset_slices(offsets[0], stride, out_shape)].copy()
-    arg = np.zeros(best.shape, dtype=np.uint8 if len(offsets) <= 256 else np.intp)
-    for j, offs in enumerate(offsets[1:], 1):
-        v = x[_offset_slices(offs, stride, out_shape)]
-        m = v > best  # strict: at ties the earlier offset keeps the gradient
-        np.copyto(best, v, where=m)
-        np.copyto(arg, j, where=m)
-    return best, arg
+    return max_pool_forward(x, kernel, stride)
 
 
 def _pool_vjp(g, out, x, kernel, stride, aux):
-    gx = np.zeros(x.shape, dtype=g.dtype)
-    offsets = itertools.product(*(range(k) for k in kernel))
-    overlap = any(s < k for s, k in zip(stride, kernel))
-    for j, offs in enumerate(offsets):
-        view = gx[_offset_slices(offs, stride, g.shape[2:])]
-        if overlap:
-            np.add(view, g, out=view, where=aux == j)
-        else:
-            np.copyto(view, g, where=aux == j)
-    return gx
+    return max_pool_backward(g, aux, x.shape, kernel, stride)
 
 
 def _pool_reference(x, kernel, stride):
