@@ -1,9 +1,244 @@
-"""Model files in the safetensors format (no pickle anywhere)."""
+"""Model files and checkpoint arrays in the safetensors format (no pickle anywhere).
+
+Writes are atomic: the bytes go to a temporary file in the target's directory, which is
+flushed, fsynced and then renamed over the target with ``os.replace``, so a crash leaves either
+the old file or the new one at ``path``, never half of one. Every file carries, in its
+safetensors metadata, a SHA-256 over the tensors' names, dtypes, shapes and bytes and over the
+rest of the metadata; loading recomputes it, so truncation, flipped bits and edited headers are
+reported as :class:`ModelFileError` with a one-line message naming the file.
+
+``save``/``load`` handle a model's state dict (name -> ndarray, order kept);
+``save_arrays``/``load_arrays`` add a JSON-encoded ``meta`` dict, for training checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+from .autodiff import Tensor
+
+__all__ = ["ModelFileError", "save", "load", "read_metadata", "save_arrays", "load_arrays"]
+
+_DIGEST = "tapegrad.sha256"
+_NAMES = "tapegrad.names"
+_META = "tapegrad.meta"
+_FORMAT = "tapegrad.format"
+
+# safetensors dtype codes <-> NumPy dtypes (the ones both sides support)
+_CODES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U64": np.uint64,
+    "U32": np.uint32,
+    "U16": np.uint16,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+_SUPPORTED = {np.dtype(t).name for t in _CODES.values()}
 
 
-def save(obj, path):
-    raise NotImplementedError("tapegrad.save is being built")
+class ModelFileError(ValueError):
+    """A model or checkpoint file that cannot be read, or whose contents fail verification."""
 
 
-def load(path):
-    raise NotImplementedError("tapegrad.load is being built")
+# -- writing ---------------------------------------------------------------------------------
+def _arrays_from(obj: Any, fn: str) -> dict[str, np.ndarray]:
+    """name -> C-contiguous little-endian ndarray, from a Module or a mapping."""
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        obj = obj.state_dict()
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"{fn}: expected a model or a dict of arrays, got {type(obj).__name__}")
+    out: dict[str, np.ndarray] = {}
+    for name, value in obj.items():
+        if not isinstance(name, str) or not name or name == "__metadata__":
+            raise ValueError(f"{fn}: invalid tensor name {name!r}")
+        arr = value.data if isinstance(value, Tensor) else value
+        if not isinstance(arr, (np.ndarray, np.generic)):
+            raise TypeError(f"{fn}: {name!r} is a {type(value).__name__}, expected an ndarray")
+        arr = np.asarray(arr)
+        if arr.dtype.name not in _SUPPORTED:
+            raise TypeError(
+                f"{fn}: {name!r} has dtype {arr.dtype}, which a model file cannot hold "
+                f"(supported: {', '.join(sorted(_SUPPORTED))})"
+            )
+        out[name] = np.asarray(arr, dtype=arr.dtype.newbyteorder("<"), order="C")
+    return out
+
+
+def _digest(arrays: Mapping[str, np.ndarray], meta: Mapping[str, str]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes (by name) and the metadata."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = arrays[name]
+        record = json.dumps([name, a.dtype.name, list(a.shape), a.nbytes]).encode()
+        h.update(len(record).to_bytes(8, "little") + record)
+        if a.nbytes:
+            h.update(a.reshape(-1).view(np.uint8))
+    record = json.dumps(sorted((k, v) for k, v in meta.items() if k != _DIGEST)).encode()
+    h.update(len(record).to_bytes(8, "little") + record)
+    return h.hexdigest()
+
+
+def _write_payload(f, payload: bytes) -> None:
+    """Write all of ``payload`` to the open file ``f`` (a seam the crash tests replace)."""
+    f.write(payload)
+
+
+def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(
+        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _write_payload(f, payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    # make the rename itself durable (best effort: not every platform can fsync a directory)
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _write(path, arrays: dict[str, np.ndarray], meta: dict[str, str]) -> None:
+    meta = {**meta, _NAMES: json.dumps(list(arrays))}
+    meta[_DIGEST] = _digest(arrays, meta)
+    _atomic_write(path, safetensors.numpy.save(arrays, metadata=meta))
+
+
+def _user_metadata(metadata: Mapping[str, str] | None, fn: str) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"{fn}: metadata must be a dict of str -> str, got {type(metadata)}")
+    for k, v in metadata.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{fn}: metadata must map str -> str, got {k!r}: {v!r}")
+        if k.startswith("tapegrad."):
+            raise ValueError(f"{fn}: metadata key {k!r} is reserved (prefix 'tapegrad.')")
+    return dict(metadata)
+
+
+def save(model_or_state_dict: Any, path: str | os.PathLike, metadata: dict | None = None) -> None:
+    """Write a model's ``state_dict()`` (or a dict name -> ndarray) to ``path`` atomically, as
+    safetensors with a SHA-256 digest; ``metadata`` (str -> str) is stored alongside."""
+    arrays = _arrays_from(model_or_state_dict, "tapegrad.save")
+    meta = _user_metadata(metadata, "tapegrad.save")
+    _write(path, arrays, {**meta, _FORMAT: "model"})
+
+
+def save_arrays(path: str | os.PathLike, arrays: dict, meta: dict | None = None) -> None:
+    """Write ``arrays`` (name -> ndarray) and ``meta`` (any JSON-serialisable dict) to ``path``
+    atomically, verified like :func:`save`; for checkpoints (optimiser state, epoch, ...)."""
+    fn = "tapegrad.serialization.save_arrays"
+    data = _arrays_from(arrays, fn)
+    try:
+        encoded = json.dumps({} if meta is None else meta)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{fn}: meta must be JSON-serialisable ({e})") from None
+    _write(path, data, {_FORMAT: "arrays", _META: encoded})
+
+
+# -- reading ---------------------------------------------------------------------------------
+def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Parse and verify a file; return (name -> writable ndarray in saved order, metadata)."""
+    shown = os.fspath(path)
+
+    def fail(problem: str) -> ModelFileError:
+        return ModelFileError(f"{shown}: {problem}")
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise fail(f"cannot read the file ({e.strerror or e})") from None
+    if len(data) < 8:
+        raise fail(f"too short for a safetensors file ({len(data)} bytes)")
+    n = int.from_bytes(data[:8], "little")
+    if n > len(data) - 8:
+        raise fail(
+            f"header length {n} exceeds the file's {len(data) - 8} remaining bytes "
+            "(truncated, or not a safetensors file)"
+        )
+    try:
+        header = json.loads(data[8 : 8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise fail("header is not valid JSON (not a safetensors file?)") from None
+    if not isinstance(header, dict):
+        raise fail("header is not a JSON object (not a safetensors file?)")
+    meta = header.get("__metadata__") or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise fail("header metadata is not a map of strings")
+    try:
+        items = safetensors.deserialize(data)
+    except Exception as e:  # the library reports inconsistent offsets, sizes, dtypes
+        raise fail(f"invalid safetensors contents ({e})") from None
+    del data
+    arrays: dict[str, np.ndarray] = {}
+    for name, view in items:
+        dtype = _CODES.get(view["dtype"])
+        if dtype is None:
+            raise fail(f"tensor {name!r} has dtype {view['dtype']}, which tapegrad cannot load")
+        arrays[name] = np.frombuffer(view["data"], dtype=dtype).reshape(view["shape"])
+    stored = meta.get(_DIGEST)
+    if stored is None:
+        raise fail("has no tapegrad checksum (not written by tapegrad.save or save_arrays)")
+    if _digest(arrays, meta) != stored:
+        raise fail("checksum mismatch: the file was modified or corrupted after it was written")
+    try:
+        names = json.loads(meta[_NAMES])
+    except (KeyError, json.JSONDecodeError):
+        raise fail("metadata lacks a valid tensor name list") from None
+    if sorted(names) != sorted(arrays):
+        raise fail("metadata's tensor name list does not match the tensors")
+    return {k: arrays[k] for k in names}, meta
+
+
+def load(path: str | os.PathLike, model: Any = None) -> dict[str, np.ndarray]:
+    """Read and verify a file written by :func:`save`; return its state dict (name -> ndarray,
+    in saved order). With ``model=``, also ``model.load_state_dict(sd)`` (strict)."""
+    arrays, _ = _read(path)
+    if model is not None:
+        model.load_state_dict(arrays)
+    return arrays
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The user metadata a verified file was saved with (``tapegrad.*`` entries left out)."""
+    _, meta = _read(path)
+    return {k: v for k, v in meta.items() if not k.startswith("tapegrad.")}
+
+
+def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
+    """Read and verify a file written by :func:`save_arrays`; return ``(arrays, meta)``."""
+    arrays, meta = _read(path)
+    try:
+        decoded = json.loads(meta.get(_META, "{}"))
+    except json.JSONDecodeError:
+        raise ModelFileError(f"{os.fspath(path)}: metadata 'meta' is not valid JSON") from None
+    return arrays, decoded

@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+import torch
 
 import tapegrad as tg
 
-torch = pytest.importorskip("torch")
 
 EXPRESSIONS = {
     "mlp": (

@@ -1,4 +1,687 @@
-"""Neural-network primitives (convolution, pooling, embedding, fused losses). Filled in by the
-nn-primitives work; each registered with forward, VJP rule, NumPy reference and samples."""
+"""Neural-network primitives: convolution, max pooling, embedding and the fused losses.
 
-__all__: list[str] = []
+Layouts follow the usual deep-learning conventions: (N, C, L) sequences and (N, C, H, W) images,
+weights (O, C, *kernel), and convolution is cross-correlation. Every forward is vectorised over
+the batch; the only Python loops run over kernel offsets.
+
+* Convolution: im2col through a strided view of the padded input, copied once into
+  ``cols`` (N, C*prod(K), prod(out)) and multiplied by the flattened weight with one batched
+  BLAS matmul. ``cols`` is saved (``aux``) for the weight gradient; the input gradient is
+  ``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. 1-d
+  convolution at stride 1 skips im2col: one matmul per kernel tap on shifted views (faster, see
+  ``_shifted``). The bias is fused: added in place to the output, its gradient a sum of ``g``.
+* Max pooling: a compiled loop (``kernels.pool``) keeps each window's maximum and the offset
+  that holds it (the first one at ties); that offset map is the ``aux`` the backward routes the
+  gradient with.
+* Embedding: a row gather forward; the backward scatter-adds the output gradient into a zero
+  table with a compiled loop (``kernels.scatter``), so repeated indices accumulate.
+* Losses: softmax cross-entropy (class ids or probability targets) from a max-subtracted
+  log-sum-exp, saving the softmax for the (softmax - target) backward; binary cross-entropy on
+  logits as ``max(x, 0) - x*t + log1p(exp(-|x|))``, saving the sigmoid.
+
+The public wrappers check shapes, ranks, dtypes and ranges and raise :class:`ShapeError` naming
+the op, the expected and the actual values; the primitives assume checked input.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import DTypeError, ShapeError
+from ..kernels import max_pool_backward, max_pool_forward, scatter_add_rows
+from . import samples as S
+from .registry import Sample, primitive
+
+__all__ = [
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+    "embedding",
+    "softmax_cross_entropy",
+    "bce_with_logits",
+]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _data(x):
+    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+
+
+def _out_size(size: int, k: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - k) // stride + 1
+
+
+def _offset_slices(offsets, stride, out_shape) -> tuple:
+    """Index of the elements that kernel offset ``offsets`` meets at every output position."""
+    return (slice(None), slice(None)) + tuple(
+        slice(o, o + s * (n - 1) + 1, s) for o, s, n in zip(offsets, stride, out_shape)
+    )
+
+
+# -- convolution -----------------------------------------------------------------------------
+def _pad_input(x: np.ndarray, padding: tuple) -> np.ndarray:
+    if not any(padding):
+        return x
+    shape = x.shape[:2] + tuple(n + 2 * p for n, p in zip(x.shape[2:], padding))
+    xp = np.zeros(shape, dtype=x.dtype)
+    xp[
+        (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, x.shape[2:]))
+    ] = x
+    return xp
+
+
+def _im2col(x: np.ndarray, ksize: tuple, stride: tuple, padding: tuple):
+    """``cols`` (N, C*prod(K), prod(out)) and the output spatial shape."""
+    xp = _pad_input(x, padding)
+    n, c = x.shape[:2]
+    out_shape = tuple((s - k) // st + 1 for s, k, st in zip(xp.shape[2:], ksize, stride))
+    sp = xp.strides[2:]
+    view = as_strided(
+        xp,
+        shape=(n, c) + ksize + out_shape,
+        strides=xp.strides[:2] + sp + tuple(a * st for a, st in zip(sp, stride)),
+        writeable=False,
+    )
+    cols = view.reshape(n, c * math.prod(ksize), math.prod(out_shape))
+    return cols, out_shape
+
+
+def _col2im(
+    gcols: np.ndarray, x_shape: tuple, ksize: tuple, stride: tuple, padding: tuple, out_shape
+):
+    """Adjoint of :func:`_im2col`: fold column gradients back, one strided add per offset."""
+    n, c = x_shape[:2]
+    padded = (n, c) + tuple(s + 2 * p for s, p in zip(x_shape[2:], padding))
+    gx = np.zeros(padded, dtype=gcols.dtype)
+    gc = gcols.reshape((n, c) + ksize + out_shape)
+    for offs in itertools.product(*(range(k) for k in ksize)):
+        gx[_offset_slices(offs, stride, out_shape)] += gc[(slice(None), slice(None)) + offs]
+    if any(padding):
+        gx = gx[
+            (slice(None), slice(None))
+            + tuple(slice(p, p + s) for p, s in zip(padding, x_shape[2:]))
+        ]
+    return gx
+
+
+def _shifted(x, w, stride) -> bool:
+    # 1-d, stride 1: each kernel tap k is a plain matmul with the view xp[:, :, k:k+L'] (a valid
+    # BLAS operand, rows just longer than L'), so no im2col copy is needed, and the backward
+    # adds K (N, C, L') products instead of folding a K-times larger column gradient. Measured
+    # on the text-CNN shape (64, 50, 130) * (8, 50, 3): forward 0.24 ms against 0.33 ms,
+    # backward 0.95 ms against 1.6 ms.
+    return x.ndim == 3 and stride == (1,)
+
+
+def _conv_fwd(x, w, *bias, stride, padding):
+    if _shifted(x, w, stride):
+        xp = _pad_input(x, padding)
+        length = xp.shape[2] - w.shape[2] + 1
+        out = np.matmul(w[:, :, 0], xp[:, :, :length])
+        for k in range(1, w.shape[2]):
+            out += np.matmul(w[:, :, k], xp[:, :, k : k + length])
+        saved = xp
+    else:
+        saved, out_shape = _im2col(x, w.shape[2:], stride, padding)
+        out = np.matmul(w.reshape(w.shape[0], -1), saved)
+        out = out.reshape(out.shape[:2] + out_shape)
+    if bias:
+        out += bias[0].reshape((-1,) + (1,) * (x.ndim - 2))
+    return out, saved
+
+
+def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, aux):
+    n, o = g.shape[:2]
+    grads = [None] * (2 + len(bias))
+    if bias and needs[2]:
+        grads[2] = g.sum(axis=(0,) + tuple(range(2, g.ndim)))
+    if _shifted(x, w, stride):
+        xp, length = aux, g.shape[2]
+        if needs[0]:
+            gxp = np.zeros(xp.shape, dtype=g.dtype)
+            for k in range(w.shape[2]):
+                gxp[:, :, k : k + length] += np.matmul(w[:, :, k].T, g)
+            grads[0] = gxp[:, :, padding[0] : padding[0] + x.shape[2]] if padding[0] else gxp
+        if needs[1]:
+            gw = np.empty(w.shape, dtype=g.dtype)
+            for k in range(w.shape[2]):
+                gw[:, :, k] = np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1)).sum(0)
+            grads[1] = gw
+        return grads
+    cols = aux
+    g2 = g.reshape(n, o, -1)
+    if needs[0]:
+        gcols = np.matmul(w.reshape(o, -1).T, g2)
+        grads[0] = _col2im(gcols, x.shape, w.shape[2:], stride, padding, g.shape[2:])
+    if needs[1]:
+        grads[1] = np.matmul(g2, cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.shape)
+    return grads
+
+
+def _conv_reference(x, w, *bias, stride, padding):
+    # Direct definition: pad with np.pad, then one einsum per output position.
+    d = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    ksize = w.shape[2:]
+    out_shape = tuple((xp.shape[2 + i] - ksize[i]) // stride[i] + 1 for i in range(d))
+    out = np.zeros((x.shape[0], w.shape[0]) + out_shape, dtype=x.dtype)
+    letters = "abc"[:d]
+    spec = f"nc{letters},oc{letters}->no"
+    for pos in itertools.product(*(range(n) for n in out_shape)):
+        window = xp[
+            (slice(None), slice(None))
+            + tuple(slice(pos[i] * stride[i], pos[i] * stride[i] + ksize[i]) for i in range(d))
+        ]
+        out[(slice(None), slice(None)) + pos] = np.einsum(spec, window, w)
+        if bias:
+            out[(slice(None), slice(None)) + pos] += bias[0]
+    return out
+
+
+def _conv_samples(d):
+    # (x shape, weight shape, bias?, stride, padding)
+    cases = {
+        1: [
+            ((2, 3, 7), (4, 3, 3), True, (1,), (0,)),
+            ((1, 2, 9), (3, 2, 4), False, (2,), (1,)),
+            ((3, 1, 5), (2, 1, 5), True, (1,), (0,)),
+            ((2, 4, 8), (1, 4, 2), True, (3,), (2,)),
+            ((1, 1, 1), (2, 1, 3), False, (1,), (1,)),
+        ],
+        2: [
+            ((2, 3, 5, 6), (4, 3, 3, 3), True, (1, 1), (0, 0)),
+            ((1, 2, 7, 9), (3, 2, 3, 2), False, (2, 2), (1, 1)),
+            ((2, 1, 6, 5), (2, 1, 2, 3), True, (2, 1), (0, 1)),
+            ((1, 3, 4, 4), (2, 3, 4, 4), True, (1, 1), (0, 0)),
+            ((2, 2, 5, 5), (1, 2, 1, 1), False, (3, 2), (2, 0)),
+        ],
+    }[d]
+
+    def build(rng):
+        out = []
+        for xs, ws, has_bias, stride, padding in cases:
+            args = (S.values(rng, xs), S.values(rng, ws))
+            if has_bias:
+                args += (S.values(rng, (ws[0],)),)
+            out.append(Sample(args, {"stride": stride, "padding": padding}))
+        return out
+
+    return build
+
+
+_conv1d = primitive(
+    "conv1d",
+    _conv_fwd,
+    _conv_vjp,
+    reference=_conv_reference,
+    samples=_conv_samples(1),
+    aux=True,
+    doc="1-d cross-correlation of (N, C, L) with (O, C, K) (+ bias (O,)), with stride and zero "
+    "padding; one matmul per kernel tap at stride 1, im2col + one batched matmul otherwise.",
+)
+_conv2d = primitive(
+    "conv2d",
+    _conv_fwd,
+    _conv_vjp,
+    reference=_conv_reference,
+    samples=_conv_samples(2),
+    aux=True,
+    doc="2-d cross-correlation of (N, C, H, W) with (O, C, KH, KW) (+ bias (O,)), with stride "
+    "and zero padding; im2col + one batched matmul.",
+)
+
+
+def _tuple_arg(op: str, name: str, value, d: int, minimum: int) -> tuple:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (int(value),) * d
+    else:
+        try:
+            value = tuple(value)
+        except TypeError:
+            value = None
+        if (
+            value is None
+            or len(value) != d
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value)
+        ):
+            want = "an int" if d == 1 else f"an int or a tuple of {d} ints"
+            raise ShapeError(f"{op}: {name} must be {want}, got {value!r}")
+        value = tuple(int(v) for v in value)
+    if any(v < minimum for v in value):
+        raise ShapeError(f"{op}: {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_float(op: str, name: str, a) -> np.ndarray:
+    a = _data(a)
+    if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
+        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+        raise DTypeError(f"{op}: {name} must be a float array or Tensor, got {got}")
+    return a
+
+
+def _check_rank(op: str, name: str, a: np.ndarray, rank: int, layout: str) -> None:
+    if a.ndim != rank:
+        raise ShapeError(f"{op}: {name} must have rank {rank} {layout}, got shape {a.shape}")
+
+
+def _conv(op: str, prim, d: int, x, weight, bias, stride, padding):
+    xa, wa = _check_float(op, "x", x), _check_float(op, "weight", weight)
+    spatial = ("L",) if d == 1 else ("H", "W")
+    _check_rank(op, "x", xa, d + 2, "(N, C, " + ", ".join(spatial) + ")")
+    _check_rank(op, "weight", wa, d + 2, "(O, C, " + ", ".join("K" + s for s in spatial) + ")")
+    if xa.shape[1] != wa.shape[1]:
+        raise ShapeError(
+            f"{op}: weight {wa.shape} expects {wa.shape[1]} input channels, x {xa.shape} has "
+            f"{xa.shape[1]}"
+        )
+    stride = _tuple_arg(op, "stride", stride, d, 1)
+    padding = _tuple_arg(op, "padding", padding, d, 0)
+    ksize = wa.shape[2:]
+    padded = tuple(n + 2 * p for n, p in zip(xa.shape[2:], padding))
+    if any(k > n for k, n in zip(ksize, padded)) or 0 in ksize:
+        raise ShapeError(
+            f"{op}: kernel {ksize} does not fit the padded input {padded} (x {xa.shape}, "
+            f"padding {padding})"
+        )
+    args = (x, weight)
+    if bias is not None:
+        ba = _check_float(op, "bias", bias)
+        if ba.shape != (wa.shape[0],):
+            raise ShapeError(
+                f"{op}: bias must have shape ({wa.shape[0]},) (one per output channel), got "
+                f"{ba.shape}"
+            )
+        args += (bias,)
+    return prim(*args, stride=stride, padding=padding)
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0):
+    """1-d convolution (cross-correlation): x (N, C, L), weight (O, C, K), bias (O,) or None.
+
+    Returns (N, O, Lout) with ``Lout = (L + 2*padding - K) // stride + 1``; zero padding.
+    """
+    return _conv("conv1d", _conv1d, 1, x, weight, bias, stride, padding)
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0):
+    """2-d convolution (cross-correlation): x (N, C, H, W), weight (O, C, KH, KW), bias (O,).
+
+    ``stride`` and ``padding`` are an int or an (h, w) pair; zero padding. Returns
+    (N, O, Hout, Wout) with ``Hout = (H + 2*ph - KH) // sh + 1`` (and likewise for W).
+    """
+    return _conv("conv2d", _conv2d, 2, x, weight, bias, stride, padding)
+
+
+# -- max pooling -----------------------------------------------------------------------------
+def _pool_fwd(x, kernel, stride):
+    return max_pool_forward(x, kernel, stride)
+
+
+def _pool_vjp(g, out, x, kernel, stride, aux):
+    return max_pool_backward(g, aux, x.shape, kernel, stride)
+
+
+def _pool_reference(x, kernel, stride):
+    d = x.ndim - 2
+    out_shape = tuple((x.shape[2 + i] - kernel[i]) // stride[i] + 1 for i in range(d))
+    out = np.empty(x.shape[:2] + out_shape, dtype=x.dtype)
+    for pos in itertools.product(*(range(n) for n in out_shape)):
+        window = x[
+            (slice(None), slice(None))
+            + tuple(slice(pos[i] * stride[i], pos[i] * stride[i] + kernel[i]) for i in range(d))
+        ]
+        out[(slice(None), slice(None)) + pos] = window.reshape(x.shape[:2] + (-1,)).max(axis=-1)
+    return out
+
+
+def _pool_samples(d):
+    cases = {
+        1: [
+            ((2, 3, 8), (2,), (2,)),
+            ((1, 2, 9), (3,), (2,)),
+            ((2, 1, 7), (3,), (3,)),
+            ((1, 1, 5), (5,), (5,)),
+            ((2, 2, 10), (2,), (3,)),
+        ],
+        2: [
+            ((2, 3, 6, 6), (2, 2), (2, 2)),
+            ((1, 2, 7, 9), (3, 3), (2, 2)),
+            ((2, 1, 5, 7), (2, 3), (2, 3)),
+            ((1, 1, 4, 4), (4, 4), (4, 4)),
+            ((2, 2, 7, 8), (2, 2), (3, 1)),
+        ],
+    }[d]
+
+    def build(rng):
+        return [Sample((S.distinct(rng, xs),), {"kernel": k, "stride": s}) for xs, k, s in cases]
+
+    return build
+
+
+_max_pool1d = primitive(
+    "max_pool1d",
+    _pool_fwd,
+    (_pool_vjp,),
+    reference=_pool_reference,
+    samples=_pool_samples(1),
+    aux=True,
+    doc="Max over length-K windows of (N, C, L) with a stride; the gradient goes to the first "
+    "maximum of each window.",
+)
+_max_pool2d = primitive(
+    "max_pool2d",
+    _pool_fwd,
+    (_pool_vjp,),
+    reference=_pool_reference,
+    samples=_pool_samples(2),
+    aux=True,
+    doc="Max over KH x KW windows of (N, C, H, W) with a stride; the gradient goes to the first "
+    "maximum of each window.",
+)
+
+
+def _pool(op: str, prim, d: int, x, kernel_size, stride):
+    xa = _check_float(op, "x", x)
+    _check_rank(op, "x", xa, d + 2, "(N, C, L)" if d == 1 else "(N, C, H, W)")
+    kernel = _tuple_arg(op, "kernel_size", kernel_size, d, 1)
+    stride = kernel if stride is None else _tuple_arg(op, "stride", stride, d, 1)
+    if any(k > n for k, n in zip(kernel, xa.shape[2:])):
+        raise ShapeError(
+            f"{op}: kernel {kernel} is larger than the input {xa.shape[2:]} (x {xa.shape})"
+        )
+    return prim(x, kernel=kernel, stride=stride)
+
+
+def max_pool1d(x, kernel_size, stride=None):
+    """Max pooling of (N, C, L) over windows of ``kernel_size`` (stride defaults to it; floor)."""
+    return _pool("max_pool1d", _max_pool1d, 1, x, kernel_size, stride)
+
+
+def max_pool2d(x, kernel_size, stride=None):
+    """Max pooling of (N, C, H, W); kernel and stride an int or a pair (stride defaults to the
+    kernel); windows that do not fit are dropped (floor mode)."""
+    return _pool("max_pool2d", _max_pool2d, 2, x, kernel_size, stride)
+
+
+# -- embedding -------------------------------------------------------------------------------
+def _embedding_vjp(g, out, weight, indices):
+    gw = np.zeros(weight.shape, dtype=g.dtype)
+    d = weight.shape[1]
+    scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
+    return gw
+
+
+def _embedding_reference(weight, indices):
+    onehot = (indices[..., None] == np.arange(weight.shape[0])).astype(weight.dtype)
+    return onehot @ weight
+
+
+def _embedding_samples(rng):
+    return [
+        Sample(
+            (S.values(rng, (6, 3)), np.array([0, 2, 2, 5, 0])),
+        ),
+        Sample(
+            (S.values(rng, (5, 4)), np.array([[1, 1, 1], [4, 0, 1]])),
+        ),
+        Sample(
+            (S.values(rng, (3, 2)), np.array(2)),
+        ),
+        Sample(
+            (S.values(rng, (4, 1)), np.zeros((2, 0), dtype=np.int64)),
+        ),
+        Sample(
+            (S.values(rng, (7, 3)), np.array([[[6], [3]], [[3], [6]]], dtype=np.int32)),
+        ),
+    ]
+
+
+_embedding = primitive(
+    "embedding",
+    lambda weight, indices: np.take(weight, indices, axis=0),
+    (_embedding_vjp, None),
+    reference=_embedding_reference,
+    samples=_embedding_samples,
+    doc="Rows of the (V, D) table at integer indices of any shape; the VJP scatter-adds into the "
+    "table (repeated indices accumulate). Indices are not differentiable.",
+)
+
+
+def embedding(weight, indices):
+    """Look up rows of ``weight`` (V, D) at ``indices`` (int array or Tensor, any shape).
+
+    Returns ``indices.shape + (D,)``. Indices must lie in [0, V).
+    """
+    wa = _check_float("embedding", "weight", weight)
+    _check_rank("embedding", "weight", wa, 2, "(V, D)")
+    idx = _data(indices)
+    if not isinstance(idx, np.ndarray):
+        idx = np.asarray(idx)
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"embedding: indices must be an integer array, got dtype {idx.dtype}")
+    v = wa.shape[0]
+    if idx.size:
+        lo, hi = idx.min(), idx.max()
+        if lo < 0 or hi >= v:
+            bad = lo if lo < 0 else hi
+            raise IndexError(
+                f"embedding: index {int(bad)} is out of range for a table of V={v} rows "
+                f"(valid: 0..{v - 1})"
+            )
+    return _embedding(weight, idx)
+
+
+# -- losses ----------------------------------------------------------------------------------
+def _scale(g, reduction: str, count: int):
+    """The output gradient as a multiplier of per-element gradients."""
+    if reduction == "mean":
+        return g / max(count, 1)
+    return g
+
+
+def _ce_fwd(logits, target, reduction):
+    m = np.max(logits, axis=1, keepdims=True)
+    z = logits - m
+    p = np.exp(z)
+    s = np.sum(p, axis=1, keepdims=True)
+    p /= s
+    lse = np.log(s)  # log-sum-exp of z, (N, 1)
+    if target.dtype.kind in "iu":
+        loss = lse[:, 0] - np.take_along_axis(z, target[:, None], axis=1)[:, 0]
+    else:
+        z -= lse  # log-softmax
+        loss = -np.sum(target * z, axis=1)
+    lse += m  # log-sum-exp of the logits, for the target gradient
+    if reduction == "mean":
+        loss = np.asarray(np.sum(loss) / max(len(loss), 1), dtype=logits.dtype)
+    elif reduction == "sum":
+        loss = np.asarray(np.sum(loss), dtype=logits.dtype)
+    return loss, (p, lse)
+
+
+def _ce_vjp_logits(g, out, logits, target, reduction, aux):
+    p, _ = aux
+    k = _scale(g, reduction, logits.shape[0])
+    if target.dtype.kind in "iu":
+        gx = p.copy()
+        gx[np.arange(len(target)), target] -= 1
+    else:
+        gx = p * np.sum(target, axis=1, keepdims=True)
+        gx -= target
+    gx *= k[:, None] if reduction == "none" else k
+    return gx
+
+
+def _ce_vjp_target(g, out, logits, target, reduction, aux):
+    if target.dtype.kind != "f":
+        return None
+    _, lse = aux
+    k = _scale(g, reduction, logits.shape[0])
+    gt = lse - logits  # -log_softmax
+    gt *= k[:, None] if reduction == "none" else k
+    return gt
+
+
+def _reduce_reference(loss, reduction):
+    if reduction == "mean":
+        return np.mean(loss)
+    return np.sum(loss) if reduction == "sum" else loss
+
+
+def _ce_reference(logits, target, reduction):
+    logp = np.log(np.exp(logits) / np.sum(np.exp(logits), axis=1, keepdims=True))
+    if target.dtype.kind in "iu":
+        t = np.eye(logits.shape[1], dtype=logits.dtype)[target]
+    else:
+        t = target
+    return _reduce_reference(-np.einsum("nc,nc->n", t, logp), reduction)
+
+
+def _ce_samples(rng):
+    out = []
+    for r in _REDUCTIONS:
+        out.append(Sample((S.values(rng, (4, 3), -3, 3), np.array([0, 2, 1, 2])), {"reduction": r}))
+        probs = rng.uniform(0.1, 1.0, size=(3, 5))
+        probs /= probs.sum(axis=1, keepdims=True)
+        out.append(Sample((S.values(rng, (3, 5), -3, 3), probs), {"reduction": r}))
+    out.append(
+        Sample((S.values(rng, (1, 2)), np.array([1], dtype=np.int32)), {"reduction": "mean"})
+    )
+    out.append(Sample((S.values(rng, (2, 4)), np.eye(4)[[3, 0]]), {"reduction": "sum"}))
+    return out
+
+
+_softmax_cross_entropy = primitive(
+    "softmax_cross_entropy",
+    _ce_fwd,
+    (_ce_vjp_logits, _ce_vjp_target),
+    reference=_ce_reference,
+    samples=_ce_samples,
+    aux=True,
+    doc="Cross-entropy of softmax(logits) (N, C) against class ids (N,) or probabilities (N, C), "
+    "fused and stable; the logits' VJP is (softmax * sum(target) - target) scaled.",
+)
+
+
+def softmax_cross_entropy(logits, target, reduction: str = "mean"):
+    """Cross-entropy between softmax(logits) and ``target``.
+
+    ``logits`` (N, C); ``target`` either int class ids (N,) in [0, C), or float probabilities
+    (N, C) (one-hot or soft labels, differentiable). ``reduction``: "mean" (over N), "sum", or
+    "none" (per-sample losses (N,)).
+    """
+    op = "softmax_cross_entropy"
+    la = _check_float(op, "logits", logits)
+    _check_rank(op, "logits", la, 2, "(N, C)")
+    _check_reduction(op, reduction)
+    n, c = la.shape
+    ta = _data(target)
+    if not isinstance(ta, np.ndarray):
+        ta = np.asarray(ta)
+        target = ta
+    if ta.dtype.kind in "iu":
+        if ta.shape != (n,):
+            raise ShapeError(
+                f"{op}: class-id target must have shape ({n},) for logits {la.shape}, "
+                f"got {ta.shape}"
+            )
+        if n:
+            lo, hi = ta.min(), ta.max()
+            if lo < 0 or hi >= c:
+                bad = lo if lo < 0 else hi
+                raise ShapeError(
+                    f"{op}: class id {int(bad)} is out of range [0, {c}) for logits {la.shape}"
+                )
+    elif ta.dtype.kind == "f":
+        if ta.shape != la.shape:
+            raise ShapeError(
+                f"{op}: probability target must have the logits' shape {la.shape}, got {ta.shape}"
+            )
+    else:
+        raise ShapeError(
+            f"{op}: target must be int class ids or float probabilities, got dtype {ta.dtype}"
+        )
+    return _softmax_cross_entropy(logits, target, reduction=reduction)
+
+
+def _bce_fwd(logits, target, reduction):
+    e = np.exp(-np.abs(logits))
+    loss = np.maximum(logits, 0)
+    loss -= logits * target
+    loss += np.log1p(e)
+    sig = np.where(logits >= 0, 1, e)
+    sig /= 1 + e
+    if reduction == "mean":
+        loss = np.asarray(np.sum(loss) / max(loss.size, 1), dtype=logits.dtype)
+    elif reduction == "sum":
+        loss = np.asarray(np.sum(loss), dtype=logits.dtype)
+    return loss, sig
+
+
+def _bce_vjp_logits(g, out, logits, target, reduction, aux):
+    gx = aux - target
+    gx *= _scale(g, reduction, logits.size)
+    return gx
+
+
+def _bce_vjp_target(g, out, logits, target, reduction, aux):
+    return -logits * _scale(g, reduction, logits.size)
+
+
+def _bce_reference(logits, target, reduction):
+    p = 1 / (1 + np.exp(-logits))
+    return _reduce_reference(-(target * np.log(p) + (1 - target) * np.log(1 - p)), reduction)
+
+
+def _bce_samples(rng):
+    out = []
+    for r in _REDUCTIONS:
+        for shape in [(5, 1), (2, 3, 4), ()]:
+            out.append(
+                Sample((S.values(rng, shape, -4, 4), rng.uniform(0, 1, shape)), {"reduction": r})
+            )
+    out.append(
+        Sample((S.values(rng, (6,), -4, 4), np.array([0.0, 1, 1, 0, 1, 0])), {"reduction": "mean"})
+    )
+    return out
+
+
+_bce_with_logits = primitive(
+    "bce_with_logits",
+    _bce_fwd,
+    (_bce_vjp_logits, _bce_vjp_target),
+    reference=_bce_reference,
+    samples=_bce_samples,
+    aux=True,
+    doc="Binary cross-entropy of sigmoid(logits) against targets in [0, 1], fused and stable: "
+    "max(x, 0) - x*t + log1p(exp(-|x|)); the logits' VJP is sigmoid(x) - t.",
+)
+
+
+def _check_reduction(op: str, reduction) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ShapeError(f"{op}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+def bce_with_logits(logits, target, reduction: str = "mean"):
+    """Binary cross-entropy between sigmoid(logits) and ``target`` (same shape, values in [0, 1]).
+
+    ``reduction``: "mean" (over all elements), "sum", or "none" (elementwise).
+    """
+    op = "bce_with_logits"
+    la = _check_float(op, "logits", logits)
+    _check_reduction(op, reduction)
+    ta = _data(target)
+    if not isinstance(ta, np.ndarray) or ta.dtype.kind != "f":
+        ta = np.asarray(ta, dtype=la.dtype)
+        target = ta
+    if ta.shape != la.shape:
+        raise ShapeError(f"{op}: target must have the logits' shape {la.shape}, got {ta.shape}")
+    return _bce_with_logits(logits, target, reduction=reduction)

@@ -1,0 +1,14 @@
+"""Compiled (numba) kernels for the hot loops NumPy cannot vectorise well.
+
+Each kernel has a plain-NumPy reference that the tests compare it with, and that is used instead
+when numba is not importable. Kernels are cached on disk (``cache=True``), so the compilation
+cost (about a second each) is paid once per machine, not per process.
+"""
+
+from .pool import (  # noqa: F401
+    max_pool_backward,
+    max_pool_backward_reference,
+    max_pool_forward,
+    max_pool_forward_reference,
+)
+from .scatter import scatter_add_rows, scatter_add_rows_reference  # noqa: F401

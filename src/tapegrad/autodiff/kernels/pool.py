@@ -1,0 +1,121 @@
+"""Max pooling over (M, H, W) planes (M = batch * channels; 1-d pooling uses H = 1).
+
+The forward returns, per window, the maximum and its offset ``a * KW + b`` inside the window
+(the first one at ties, NaN counting as the maximum); the backward adds each output gradient
+at that offset. Measured on (100, 6, 26, 26) with 2x2 windows, NumPy needs about 1.5 ms for the
+forward with argmax (a masked update per offset) and 0.7 ms for the backward (a flat-index
+scatter); the compiled loops take about 0.7 ms and 0.25 ms.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+
+def _slices(offs, stride, out_shape) -> tuple:
+    return (slice(None),) + tuple(
+        slice(o, o + s * (n - 1) + 1, s) for o, s, n in zip(offs, stride, out_shape)
+    )
+
+
+def max_pool_forward_reference(x, kernel, stride, out, arg) -> None:
+    """NumPy reference for :func:`max_pool_forward`: one masked update per kernel offset."""
+    offsets = list(itertools.product(*(range(k) for k in kernel)))
+    out[...] = x[_slices(offsets[0], stride, out.shape[1:])]
+    arg[...] = 0
+    for j, offs in enumerate(offsets[1:], 1):
+        v = x[_slices(offs, stride, out.shape[1:])]
+        m = (v > out) | (np.isnan(v) & ~np.isnan(out))
+        out[m] = v[m]
+        arg[m] = j
+
+
+def max_pool_backward_reference(g, arg, kernel, stride, gx) -> None:
+    """NumPy reference for :func:`max_pool_backward`: one masked add per kernel offset."""
+    for j, offs in enumerate(itertools.product(*(range(k) for k in kernel))):
+        view = gx[_slices(offs, stride, g.shape[1:])]
+        np.add(view, g, out=view, where=arg == j)
+
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+if numba is not None:
+
+    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    def _fwd(x, kh, kw, sh, sw, out, arg):  # pragma: no cover - compiled
+        # Branch-free selects in the window loop (where the maximum sits is unpredictable, so
+        # an if-branch mispredicts: 2.0 ms against 0.7 ms on the seed shape); NaN is only
+        # flagged there and handled after, rarely.
+        oh, ow = out.shape[1], out.shape[2]
+        for m in range(x.shape[0]):
+            for i in range(oh):
+                for j in range(ow):
+                    h0 = i * sh
+                    w0 = j * sw
+                    best = x[m, h0, w0]
+                    bi = 0
+                    nan = False
+                    for a in range(kh):
+                        for b in range(kw):
+                            v = x[m, h0 + a, w0 + b]
+                            nan |= v != v
+                            gt = v > best
+                            best = v if gt else best
+                            bi = (a * kw + b) if gt else bi
+                    if nan:
+                        for q in range(kh * kw):
+                            v = x[m, h0 + q // kw, w0 + q % kw]
+                            if v != v:
+                                best = v
+                                bi = q
+                                break
+                    out[m, i, j] = best
+                    arg[m, i, j] = bi
+
+    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    def _bwd(g, arg, kw, sh, sw, gx):  # pragma: no cover - compiled
+        oh, ow = g.shape[1], g.shape[2]
+        for m in range(g.shape[0]):
+            for i in range(oh):
+                for j in range(ow):
+                    q = arg[m, i, j]
+                    gx[m, i * sh + q // kw, j * sw + q % kw] += g[m, i, j]
+
+
+def _planes(a: np.ndarray) -> np.ndarray:
+    """(N, C, *spatial) as contiguous (N*C, H, W) planes (H = 1 for 1-d)."""
+    a = np.ascontiguousarray(a)
+    return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
+
+
+def max_pool_forward(x: np.ndarray, kernel: tuple, stride: tuple):
+    """Max over windows of (N, C, L) or (N, C, H, W): returns ``(out, arg)``.
+
+    ``arg`` (uint8 when windows have at most 256 entries) holds each maximum's offset in its
+    window, row-major, the first one at ties.
+    """
+    out_shape = tuple((n - k) // s + 1 for n, k, s in zip(x.shape[2:], kernel, stride))
+    out = np.empty(x.shape[:2] + out_shape, dtype=x.dtype)
+    arg = np.empty(out.shape, dtype=np.uint8 if np.prod(kernel) <= 256 else np.intp)
+    k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
+    if numba is None:  # pragma: no cover
+        max_pool_forward_reference(_planes(x), k2, s2, _planes(out), _planes(arg))
+        return out, arg
+    _fwd(_planes(x), k2[0], k2[1], s2[0], s2[1], _planes(out), _planes(arg))
+    return out, arg
+
+
+def max_pool_backward(g: np.ndarray, arg: np.ndarray, x_shape: tuple, kernel: tuple, stride: tuple):
+    """Gradient of :func:`max_pool_forward` w.r.t. its input, of shape ``x_shape``."""
+    gx = np.zeros(x_shape, dtype=g.dtype)
+    k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
+    if numba is None:  # pragma: no cover
+        max_pool_backward_reference(_planes(g), _planes(arg), k2, s2, _planes(gx))
+        return gx
+    _bwd(_planes(g), _planes(arg), k2[1], s2[0], s2[1], _planes(gx))
+    return gx

@@ -1,0 +1,276 @@
+"""The ``tapegrad`` command: train | evaluate | info.
+
+User mistakes (unknown preset or option, missing or corrupt data, bad model file) end with a
+one-line message on stderr and exit status 2, never a traceback. A diverged run exits with 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+
+import numpy as np
+
+EXIT_USAGE, EXIT_DIVERGED = 2, 3
+OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
+
+
+class UserError(Exception):
+    """A mistake in how the command was called; reported in one line."""
+
+
+# -- data and model wiring ---------------------------------------------------------------------
+def load_dataset(name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000):
+    from . import data
+
+    if name == "mnist":
+        return data.mnist(data_dir=data_dir), {}
+    if name == "fashion-mnist":
+        return data.fashion_mnist(data_dir=data_dir), {}
+    if name == "imdb":
+        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size)
+        return ds, {"vocab_size": len(ds.vocab), "maxlen": maxlen}
+    raise UserError(f"unknown dataset {name!r}; choose mnist, fashion-mnist or imdb")
+
+
+def make_optimizer(name: str, params, lr: float, momentum: float = 0.0):
+    from . import optim
+
+    if name == "sgd":
+        return optim.SGD(params, lr=lr, momentum=momentum)
+    if name == "adam":
+        return optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return optim.AdamW(params, lr=lr)
+    if name == "rmsprop":
+        return optim.RMSprop(params, lr=lr, momentum=momentum)
+    raise UserError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+
+
+def _preset(name):
+    from .models import get_preset
+
+    try:
+        return get_preset(name)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_train(args) -> int:
+    from . import data, save
+    from .models import build_model
+    from .train import Trainer, plot, write_csv, write_json
+
+    preset = _preset(args.preset)
+    dataset = args.dataset or preset.dataset
+    if dataset not in preset.datasets:
+        raise UserError(
+            f"preset {preset.name} trains on {' or '.join(preset.datasets)}, not {dataset!r}"
+        )
+    for flag in ("epochs", "batch_size", "max_steps"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be at least 1, got {v}")
+    if args.lr is not None and not args.lr > 0:
+        raise UserError(f"--lr must be positive, got {args.lr}")
+    if args.resume and not args.checkpoint_dir:
+        raise UserError("--resume needs --checkpoint-dir (where the checkpoints are)")
+    epochs = args.epochs or preset.epochs
+    batch_size = args.batch_size or preset.batch_size
+    lr = args.lr or preset.lr
+    opt_name = args.optimizer or preset.optimizer
+
+    ds, config = load_dataset(dataset, args.data_dir)
+    if preset.needs_glove:
+        embedding, coverage = data.glove(ds.vocab, dim=50, data_dir=args.data_dir)
+        print(f"GloVe 50d covers {100 * coverage:.1f}% of the {len(ds.vocab)}-word vocabulary")
+        config["embedding"] = embedding
+    model = build_model(preset, seed=args.seed, **config)
+    optimizer = make_optimizer(opt_name, model.parameters(), lr, args.momentum)
+    n_params = sum(p.data.size for p in model.parameters())
+    print(
+        f"{preset.name} on {dataset}: {len(ds.train.y)} train / {len(ds.test.y)} test samples, "
+        f"{n_params} parameters, {opt_name} lr {lr:g}, batch {batch_size}, {epochs} epochs, "
+        f"seed {args.seed}"
+    )
+    trainer = Trainer(model, optimizer, preset.task, seed=args.seed)
+    records = trainer.fit(
+        ds.train,
+        ds.test,
+        epochs=epochs,
+        batch_size=batch_size,
+        max_steps=args.max_steps,
+        checkpoint_dir=args.checkpoint_dir,
+        resume=args.resume,
+    )
+    info = {
+        "preset": preset.name,
+        "dataset": dataset,
+        "optimizer": opt_name,
+        "lr": lr,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "seed": args.seed,
+        "max_steps": args.max_steps,
+        "parameters": int(n_params),
+        "global_steps": trainer.global_step,
+        "versions": versions(),
+    }
+    if args.json:
+        write_json(args.json, records, info)
+    if args.csv:
+        write_csv(args.csv, records)
+    if args.plot:
+        plot(args.plot, records, title=f"{preset.name} on {dataset}")
+    if args.save:
+        meta = {
+            "preset": preset.name,
+            "dataset": dataset,
+            "seed": str(args.seed),
+            "config": json.dumps({k: v for k, v in config.items() if k != "embedding"}),
+        }
+        save(model, args.save, metadata=meta)
+        print(f"saved weights to {args.save}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .models import build_model
+    from .serialization import load_arrays
+    from .train import Trainer
+
+    arrays, meta = load_arrays(args.model_file)
+    if "preset" not in meta:
+        raise UserError(
+            f"{args.model_file} names no preset in its metadata; it was not written "
+            f"by 'tapegrad train --save'"
+        )
+    preset = _preset(meta["preset"])
+    dataset = args.dataset or meta.get("dataset", preset.dataset)
+    if dataset not in preset.datasets:
+        raise UserError(
+            f"{args.model_file} holds a {preset.name} model, which takes "
+            f"{' or '.join(preset.datasets)}, not {dataset!r}"
+        )
+    config = json.loads(meta.get("config", "{}"))
+    ds, _ = load_dataset(dataset, args.data_dir, maxlen=config.get("maxlen", 130))
+    model = build_model(preset, seed=0, **config)
+    model.load_state_dict(arrays)
+    trainer = Trainer(model, optimizer=None, task=preset.task, log=None)
+    loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
+    print(
+        f"{preset.name} on {dataset} test set ({len(ds.test.y)} samples): loss {loss:.4f}, "
+        f"accuracy {100 * acc:.2f}%"
+    )
+    return 0
+
+
+def versions() -> dict:
+    import numba
+
+    from . import __version__
+
+    out = {
+        "tapegrad": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+    }
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def cmd_info(args) -> int:
+    from . import data
+
+    for k, v in versions().items():
+        print(f"{k:<10} {v}")
+    try:
+        import numba
+
+        threads = numba.get_num_threads()
+    except Exception:  # pragma: no cover - numba always importable here
+        threads = "?"
+    print(f"{'cpus':<10} {os.cpu_count()} (numba threads {threads})")
+    print(f"{'machine':<10} {platform.machine()} {platform.system()}")
+    print("datasets:")
+    for name, where in data.describe(args.data_dir).items():
+        print(f"  {name:<14} {where if where else 'not found'}")
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from .models import PRESETS
+
+    p = argparse.ArgumentParser(
+        prog="tapegrad", description="Train and evaluate the seed papers' models with tapegrad."
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="{train,evaluate,info}")
+
+    t = sub.add_parser("train", help="train a preset and print its per-epoch table")
+    t.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
+    t.add_argument("--dataset", choices=["mnist", "fashion-mnist", "imdb"])
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--optimizer", choices=OPTIMIZERS)
+    t.add_argument("--momentum", type=float, default=0.0)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")
+    t.add_argument("--max-steps", type=int, help="stop after this many optimiser steps in total")
+    t.add_argument("--json", help="write the results as JSON here")
+    t.add_argument("--csv", help="write the per-epoch records as CSV here")
+    t.add_argument("--plot", help="plot loss, accuracy, time and memory per epoch to this PNG")
+    t.add_argument("--save", help="write the final weights here (safetensors)")
+    t.add_argument("--checkpoint-dir", help="save a checkpoint here after each epoch")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in --checkpoint-dir (fresh if none)",
+    )
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("evaluate", help="evaluate a model file written by 'train --save'")
+    e.add_argument("model_file")
+    e.add_argument("--dataset", choices=["mnist", "fashion-mnist", "imdb"])
+    e.add_argument("--data-dir")
+    e.set_defaults(func=cmd_evaluate)
+
+    i = sub.add_parser("info", help="versions, threads, and where each dataset was found")
+    i.add_argument("--data-dir")
+    i.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .data import DatasetError
+    from .serialization import ModelFileError
+    from .train import TrainingDiverged
+
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits 2 with a one-line usage error itself
+    try:
+        return args.func(args)
+    except (UserError, DatasetError, ModelFileError, FileNotFoundError) as e:
+        print(f"tapegrad {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except TrainingDiverged as e:
+        print(f"tapegrad {args.command}: training diverged: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print(f"tapegrad {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

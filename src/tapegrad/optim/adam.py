@@ -1,0 +1,122 @@
+"""Adam (with optional L2 weight decay and AMSGrad) and AdamW (decoupled weight decay)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from ..autodiff import Tensor
+from .optimizer import Optimizer
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    """Adam: bias-corrected first and second moment estimates of the gradient.
+
+    With ``d = grad (+ weight_decay * p)``, ``t`` the parameter's step count:
+    ``m = b1 m + (1 - b1) d``, ``v = b2 v + (1 - b2) d^2`` (``v_max = max(v_max, v)`` with
+    ``amsgrad``), ``p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)``.
+    """
+
+    _decoupled = False
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+    ):
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+        super().__init__(params, defaults)
+
+    def _check_group(self, group: dict[str, Any], where: str = "") -> None:
+        super()._check_group(group, where)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            place = f"{self._name}{' ' + where if where else ''}"
+            raise ValueError(f"{place}: betas must be a pair (beta1, beta2), got {betas!r}")
+        group["betas"] = tuple(
+            self._number(
+                group, "betas", where, lo=0.0, hi=1.0, hi_open=True, value=b, label=f"betas[{i}]"
+            )
+            for i, b in enumerate(betas)
+        )
+        group["eps"] = self._number(group, "eps", where, lo=0.0)
+        group["weight_decay"] = self._number(group, "weight_decay", where, lo=0.0)
+        group["amsgrad"] = self._flag(group, "amsgrad", where)
+
+    def _state_arrays(self, group: dict[str, Any]) -> tuple[str, ...]:
+        names = ("exp_avg", "exp_avg_sq")
+        return names + ("max_exp_avg_sq",) if group["amsgrad"] else names
+
+    def _state_scalars(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("step",)
+
+    def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict) -> dict:
+        state: dict[str, Any] = {"step": 0}
+        for k in self._state_arrays(group):
+            state[k] = np.zeros(p.shape, dtype=p.dtype)
+        return state
+
+    def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
+        lr, (beta1, beta2), eps, wd = (
+            group["lr"],
+            group["betas"],
+            group["eps"],
+            group["weight_decay"],
+        )
+        t0, t1 = scratch
+        state["step"] = step = state["step"] + 1
+        d = grad
+        if wd != 0:
+            if self._decoupled:
+                np.multiply(p, 1.0 - lr * wd, out=p)
+            else:
+                np.multiply(p, wd, out=t0)
+                np.add(grad, t0, out=t0)
+                d = t0
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        # m += (1 - beta1) * (d - m)
+        np.subtract(d, m, out=t1)
+        np.multiply(t1, 1.0 - beta1, out=t1)
+        np.add(m, t1, out=m)
+        # v = beta2 * v + (1 - beta2) * d * d
+        np.multiply(v, beta2, out=v)
+        np.multiply(d, 1.0 - beta2, out=t1)
+        np.multiply(t1, d, out=t1)
+        np.add(v, t1, out=v)
+        if group["amsgrad"]:
+            v = np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
+        step_size = lr / (1.0 - beta1**step)
+        bias2_sqrt = math.sqrt(1.0 - beta2**step)
+        np.sqrt(v, out=t1)
+        np.divide(t1, bias2_sqrt, out=t1)
+        np.add(t1, eps, out=t1)
+        np.divide(m, t1, out=t1)
+        np.multiply(t1, step_size, out=t1)
+        np.subtract(p, t1, out=p)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: ``p *= 1 - lr * weight_decay`` before the Adam step
+    (the decay does not pass through the moment estimates)."""
+
+    _decoupled = True
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+    ):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)

@@ -1,0 +1,332 @@
+"""``Optimizer``: parameter groups, in-place steps, and a flat, file-friendly state dict.
+
+Every optimiser updates ``p.data`` in place. Its per-parameter state (momentum, moment
+estimates) is allocated once, on the parameter's first step, and the temporaries a step needs
+live in scratch buffers shared by all parameters of one dtype, so a steady-state ``step()``
+allocates (almost) nothing: every array operation is a ufunc with ``out=``.
+
+State is keyed by the parameter's position in the concatenation of all groups' ``params``.
+``state_dict()`` is flat, with string keys and values that are ndarrays or JSON-ready
+scalars and lists::
+
+    {"type": "Adam",
+     "param_groups.0.params": [0, 1], "param_groups.0.lr": 0.001, "param_groups.0.betas": [...],
+     "state.0.step": 3, "state.0.exp_avg": ndarray, ...}
+
+so a checkpoint writer can put the arrays in a safetensors file and the rest in its JSON
+metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..autodiff import Tensor, enable_grad
+
+__all__ = ["Optimizer"]
+
+
+class Optimizer:
+    """Base class: holds ``param_groups`` (dicts with ``"params"`` and hyperparameters) and
+    ``state`` (parameter index -> dict of buffers and step counts).
+
+    Subclasses define ``_n_scratch`` (temporaries per update), ``_check_group`` (validate one
+    group's hyperparameters), ``_state_arrays``/``_state_scalars`` (the state keys a parameter
+    has under a group's hyperparameters), ``_init_state`` and ``_update``.
+    """
+
+    _n_scratch = 2
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
+        self.defaults = dict(defaults)
+        self._check_group(self.defaults)
+        self.param_groups: list[dict[str, Any]] = []
+        self.state: dict[int, dict[str, Any]] = {}
+        self._offsets: list[int] = []
+        self._scratch_bufs: dict[np.dtype, np.ndarray] = {}
+        self._scratch_views: dict[int, tuple] = {}
+        if isinstance(params, (Tensor, dict)):
+            raise TypeError(
+                f"{self._name}: params must be an iterable of Tensors or of parameter-group "
+                f"dicts, got a single {type(params).__name__}; wrap it in a list"
+            )
+        groups = list(params)
+        if not groups:
+            raise ValueError(f"{self._name}: got an empty parameter list")
+        if all(isinstance(g, dict) for g in groups):
+            for g in groups:
+                self.add_param_group(g)
+        elif any(isinstance(g, dict) for g in groups):
+            raise TypeError(
+                f"{self._name}: params mixes Tensors and parameter-group dicts; pass one kind"
+            )
+        else:
+            self.add_param_group({"params": groups})
+
+    # -- groups ------------------------------------------------------------------------------
+    @property
+    def _name(self) -> str:
+        return type(self).__name__
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        """Add a group of parameters with its own hyperparameters (the rest from defaults)."""
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"{self._name}: a parameter group is a dict with a 'params' entry")
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        gi = len(self.param_groups)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for j, p in enumerate(params):
+            where = f"{self._name}: parameter {j} of group {gi}"
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{where} is a {type(p).__name__}, expected a tapegrad Tensor")
+            if p.data.dtype.kind != "f":
+                raise TypeError(f"{where} has dtype {p.data.dtype}; optimisers need float tensors")
+            if not p.requires_grad:
+                raise ValueError(f"{where} does not require grad (requires_grad=False)")
+            if not p.is_leaf:
+                raise ValueError(f"{where} is not a leaf tensor; optimise leaves only")
+            if id(p) in seen:
+                raise ValueError(f"{where} appears more than once across the parameter groups")
+            seen.add(id(p))
+        if not params:
+            raise ValueError(f"{self._name}: parameter group {gi} has no parameters")
+        new = {k: v for k, v in self.defaults.items()}
+        new.update({k: v for k, v in group.items() if k != "params"})
+        self._check_group(new, where=f"group {gi}")
+        new["params"] = params
+        self._offsets.append(sum(len(g["params"]) for g in self.param_groups))
+        self.param_groups.append(new)
+
+    # -- subclass hooks ----------------------------------------------------------------------
+    def _check_group(self, group: dict[str, Any], where: str = "") -> None:
+        """Validate and normalise (to plain Python numbers) one group's hyperparameters."""
+        if "lr" in group:
+            group["lr"] = self._number(group, "lr", where, lo=0.0)
+
+    def _state_arrays(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ()
+
+    def _state_scalars(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ()
+
+    def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> dict:
+        return {}
+
+    def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
+        raise NotImplementedError
+
+    # -- validation helpers --------------------------------------------------------------------
+    def _number(
+        self,
+        group: dict,
+        key: str,
+        where: str,
+        lo: float | None = None,
+        hi: float | None = None,
+        hi_open: bool = False,
+        value: Any = None,
+        label: str | None = None,
+    ) -> float:
+        v = group[key] if value is None else value
+        label = label or key
+        place = f"{self._name}{' ' + where if where else ''}"
+        if isinstance(v, (bool, np.bool_)) or not isinstance(
+            v, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"{place}: {label} must be a real number, got {v!r}")
+        v = float(v)
+        if not math.isfinite(v):
+            raise ValueError(f"{place}: {label} must be finite, got {v}")
+        if lo is not None and v < lo:
+            raise ValueError(f"{place}: invalid {label} {v}; expected {label} >= {lo:g}")
+        if hi is not None and (v >= hi if hi_open else v > hi):
+            op = "<" if hi_open else "<="
+            raise ValueError(f"{place}: invalid {label} {v}; expected {label} {op} {hi:g}")
+        return v
+
+    def _flag(self, group: dict, key: str, where: str) -> bool:
+        v = group[key]
+        if not isinstance(v, (bool, np.bool_)):
+            place = f"{self._name}{' ' + where if where else ''}"
+            raise TypeError(f"{place}: {key} must be True or False, got {v!r}")
+        return bool(v)
+
+    # -- stepping ------------------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients (``None``), or zero them in place with ``set_to_none=False``."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad.fill(0)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Update every parameter that has a gradient, in place; parameters with ``grad=None``
+        are skipped. ``closure`` (optional) re-evaluates the loss, which is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        for group, offset in zip(self.param_groups, self._offsets):
+            for j, p in enumerate(group["params"]):
+                grad = p.grad
+                if grad is None:
+                    continue
+                data = p.data
+                if grad.shape != data.shape or grad.dtype != data.dtype:
+                    raise ValueError(
+                        f"{self._name}: parameter {offset + j} has shape {data.shape} dtype "
+                        f"{data.dtype} but its grad has shape {grad.shape} dtype {grad.dtype}"
+                    )
+                idx = offset + j
+                state = self.state.get(idx)
+                if state is None:
+                    state = self.state[idx] = self._init_state(data, grad, group)
+                self._update(data, grad, state, group, self._scratch(idx, data))
+        return loss
+
+    def _scratch(self, idx: int, data: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``_n_scratch`` temporaries shaped like ``data``: views of one buffer per dtype."""
+        views = self._scratch_views.get(idx)
+        if views is not None and views[0].shape == data.shape and views[0].dtype == data.dtype:
+            return views
+        n = data.size
+        buf = self._scratch_bufs.get(data.dtype)
+        if buf is None or buf.shape[1] < n:
+            same = [
+                p.data.size
+                for g in self.param_groups
+                for p in g["params"]
+                if p.data.dtype == data.dtype
+            ]
+            buf = np.empty((self._n_scratch, max([n, *same])), dtype=data.dtype)
+            self._scratch_bufs[data.dtype] = buf
+            self._scratch_views = {
+                k: v for k, v in self._scratch_views.items() if v[0].dtype != data.dtype
+            }
+        views = tuple(buf[k, :n].reshape(data.shape) for k in range(self._n_scratch))
+        self._scratch_views[idx] = views
+        return views
+
+    # -- state dict ------------------------------------------------------------------------------
+    def _params(self) -> list[Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def state_dict(self) -> dict[str, Any]:
+        """A flat copy of the optimiser: hyperparameters per group, step counts, state arrays."""
+        sd: dict[str, Any] = {"type": self._name}
+        for gi, (group, offset) in enumerate(zip(self.param_groups, self._offsets)):
+            sd[f"param_groups.{gi}.params"] = list(range(offset, offset + len(group["params"])))
+            for k, v in group.items():
+                if k != "params":
+                    sd[f"param_groups.{gi}.{k}"] = list(v) if isinstance(v, tuple) else v
+        for idx in sorted(self.state):
+            for k, v in self.state[idx].items():
+                sd[f"state.{idx}.{k}"] = v.copy() if isinstance(v, np.ndarray) else v
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict()`` returned, exactly. Everything is validated first
+        (type, group structure, hyperparameters, state keys, shapes); on any error the
+        optimiser is left untouched. Arrays are copied into the parameters' dtype."""
+        name = self._name
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{name}.load_state_dict: expected a dict, got {type(state_dict)}")
+        kind = state_dict.get("type")
+        if kind != name:
+            raise ValueError(f"{name}.load_state_dict: state dict is for {kind!r}, not {name!r}")
+        saved_groups: dict[int, dict[str, Any]] = {}
+        saved_state: dict[int, dict[str, Any]] = {}
+        for key, value in state_dict.items():
+            if key == "type":
+                continue
+            parts = key.split(".", 2)
+            if (
+                len(parts) != 3
+                or parts[0] not in ("param_groups", "state")
+                or not parts[1].isdigit()
+            ):
+                raise ValueError(f"{name}.load_state_dict: unexpected key {key!r}")
+            target = saved_groups if parts[0] == "param_groups" else saved_state
+            target.setdefault(int(parts[1]), {})[parts[2]] = value
+        if sorted(saved_groups) != list(range(len(self.param_groups))):
+            raise ValueError(
+                f"{name}.load_state_dict: state dict has {len(saved_groups)} parameter groups, "
+                f"this optimiser has {len(self.param_groups)}"
+            )
+        params = self._params()
+        index_map: dict[int, int] = {}
+        new_groups = []
+        for gi, (group, offset) in enumerate(zip(self.param_groups, self._offsets)):
+            saved = dict(saved_groups[gi])
+            ids = saved.pop("params", None)
+            n = len(group["params"])
+            if not isinstance(ids, list) or len(ids) != n:
+                got = len(ids) if isinstance(ids, list) else ids
+                raise ValueError(
+                    f"{name}.load_state_dict: group {gi} has {n} parameters, "
+                    f"the state dict's has {got}"
+                )
+            for j, sid in enumerate(ids):
+                index_map[sid] = offset + j
+            new = {k: v for k, v in group.items() if k != "params"}
+            for k, v in saved.items():
+                new[k] = tuple(v) if isinstance(new.get(k), tuple) and isinstance(v, list) else v
+            self._check_group(new, where=f"group {gi} (loaded)")
+            new_groups.append(new)
+        group_of = {}
+        for gi, (group, offset) in enumerate(zip(self.param_groups, self._offsets)):
+            for j in range(len(group["params"])):
+                group_of[offset + j] = gi
+        new_state: dict[int, dict[str, Any]] = {}
+        for sid, entries in saved_state.items():
+            if sid not in index_map:
+                raise ValueError(f"{name}.load_state_dict: state for unknown parameter {sid}")
+            idx = index_map[sid]
+            p = params[idx].data
+            group = new_groups[group_of[idx]]
+            arrays, scalars = self._state_arrays(group), self._state_scalars(group)
+            expected = set(arrays) | set(scalars)
+            if set(entries) != expected:
+                raise ValueError(
+                    f"{name}.load_state_dict: parameter {sid} has state {sorted(entries)}, "
+                    f"expected {sorted(expected)}"
+                )
+            st: dict[str, Any] = {}
+            for k in scalars:
+                v = entries[k]
+                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+                    raise ValueError(
+                        f"{name}.load_state_dict: state.{sid}.{k} must be a count >= 0, got {v!r}"
+                    )
+                st[k] = int(v)
+            for k in arrays:
+                v = entries[k]
+                if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != p.shape:
+                    got = (
+                        f"{v.dtype} array of shape {v.shape}"
+                        if isinstance(v, np.ndarray)
+                        else type(v).__name__
+                    )
+                    raise ValueError(
+                        f"{name}.load_state_dict: state.{sid}.{k} must be a float array of "
+                        f"shape {p.shape} (the parameter's), got {got}"
+                    )
+                st[k] = np.array(v, dtype=p.dtype, order="C", copy=True)
+            new_state[idx] = st
+        for group, new in zip(self.param_groups, new_groups):
+            group.update(new)
+        self.state = new_state
+
+    def __repr__(self) -> str:
+        lines = [f"{self._name}("]
+        for gi, g in enumerate(self.param_groups):
+            hp = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
+            lines.append(f"  group {gi}: {len(g['params'])} params, {hp}")
+        return "\n".join(lines) + "\n)"

@@ -1,0 +1,128 @@
+"""The per-epoch table, JSON and CSV results, and PNG plots of a run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from .measure import format_bytes
+
+
+@dataclass
+class EpochRecord:
+    """One epoch's measurements. ``seconds`` covers training steps only (not evaluation)."""
+
+    epoch: int
+    steps: int
+    seconds: float
+    samples_per_second: float
+    allocated_bytes: int | None  # estimate for the epoch, see measure.py
+    allocated_per_step: int | None
+    peak_rss_bytes: int
+    loss: float
+    train_accuracy: float
+    test_loss: float | None
+    test_accuracy: float | None
+    eval_seconds: float
+    first: bool  # the first epoch of the process: includes warm-up and compilation
+
+
+COLUMNS = ("epoch", "time", "alloc/epoch", "peak RSS", "loss", "train acc", "test acc")
+
+
+def table_header() -> str:
+    return (
+        f"{'epoch':>5}  {'time':>8}  {'alloc/epoch':>11}  {'peak RSS':>10}  {'loss':>7}  "
+        f"{'train acc':>9}  {'test acc':>8}"
+    )
+
+
+def table_row(r: EpochRecord) -> str:
+    mark = "*" if r.first else " "
+    test = "-" if r.test_accuracy is None else f"{100 * r.test_accuracy:7.2f}%"
+    return (
+        f"{r.epoch:>4}{mark}  {r.seconds:7.2f}s  {format_bytes(r.allocated_bytes):>11}  "
+        f"{format_bytes(r.peak_rss_bytes):>10}  {r.loss:7.4f}  "
+        f"{100 * r.train_accuracy:8.2f}%  {test:>8}"
+    )
+
+
+def table_footer(records: list[EpochRecord]) -> str:
+    steady = [r.seconds for r in records if not r.first]
+    lines = ["* first epoch of the process: includes warm-up (and compilation), reported apart"]
+    if steady:
+        steady.sort()
+        lines.append(
+            f"steady-state epoch time: median {steady[len(steady) // 2]:.2f}s over "
+            f"{len(steady)} epoch(s)"
+        )
+    return "\n".join(lines)
+
+
+def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path, records: list[EpochRecord], info: dict) -> None:
+    _atomic_write_text(
+        path, json.dumps({**info, "epochs": [asdict(r) for r in records]}, indent=2) + "\n"
+    )
+
+
+def write_csv(path, records: list[EpochRecord]) -> None:
+    names = [f.name for f in fields(EpochRecord)]
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=names)
+    w.writeheader()
+    for r in records:
+        w.writerow(asdict(r))
+    _atomic_write_text(path, buf.getvalue())
+
+
+def plot(path, records: list[EpochRecord], title: str = "") -> None:
+    """Loss and accuracy per epoch, time and memory per epoch, as one PNG (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise RuntimeError("plotting needs matplotlib: pip install 'tapegrad[plot]'") from e
+    ep = [r.epoch for r in records]
+    fig, ax = plt.subplots(2, 2, figsize=(10, 7))
+    ax[0, 0].plot(ep, [r.loss for r in records], "o-", label="train")
+    if any(r.test_loss is not None for r in records):
+        ax[0, 0].plot(ep, [r.test_loss for r in records], "s--", label="test")
+    ax[0, 0].set(title="loss", xlabel="epoch")
+    ax[0, 0].legend()
+    ax[0, 1].plot(ep, [100 * r.train_accuracy for r in records], "o-", label="train")
+    if any(r.test_accuracy is not None for r in records):
+        ax[0, 1].plot(ep, [100 * (r.test_accuracy or 0) for r in records], "s--", label="test")
+    ax[0, 1].set(title="accuracy (%)", xlabel="epoch")
+    ax[0, 1].legend()
+    colors = ["tab:orange" if r.first else "tab:blue" for r in records]
+    ax[1, 0].bar(ep, [r.seconds for r in records], color=colors)
+    ax[1, 0].set(title="time per epoch (s); orange: first epoch", xlabel="epoch")
+    ax[1, 1].bar(ep, [(r.allocated_bytes or 0) / 2**20 for r in records], color=colors)
+    ax[1, 1].set(title="allocated per epoch (MiB, tracemalloc)", xlabel="epoch")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

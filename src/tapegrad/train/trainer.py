@@ -1,0 +1,280 @@
+"""The trainer: fit and evaluate a model, measuring each epoch the way the seed papers did."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .. import nn
+from ..autodiff import Tensor, no_grad
+from ..data import Batches
+from .checkpoint import load_latest, save_checkpoint
+from .measure import AllocationSampler, peak_rss_bytes, traced_step
+from .report import EpochRecord, table_footer, table_header, table_row
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; training stopped before updating with it."""
+
+
+def _xy(split):
+    if isinstance(split, tuple):
+        return split
+    return split.x, split.y
+
+
+def _progress_disabled() -> bool | None:
+    # None lets tqdm decide (off when stderr is not a terminal); CI never gets a bar.
+    return True if os.environ.get("CI", "").lower() in ("1", "true", "yes") else None
+
+
+class Trainer:
+    """Trains ``model`` with ``optimizer`` on a classification task.
+
+    ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores) or
+    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer,
+        task: str = "multiclass",
+        *,
+        seed: int = 0,
+        progress: bool = True,
+        log: Callable[[str], None] | None = print,
+        alloc_samples: int = 4,
+    ):
+        if task not in ("multiclass", "binary"):
+            raise ValueError(f"task must be 'multiclass' or 'binary', got {task!r}")
+        self.model, self.optimizer, self.task, self.seed = model, optimizer, task, seed
+        self.progress = progress
+        self.log = log or (lambda s: None)
+        self.sampler = AllocationSampler(alloc_samples)
+        self.records: list[EpochRecord] = []
+        self.global_step = 0
+
+    # -- one step ------------------------------------------------------------------------------
+    def loss_and_correct(self, logits: Tensor, y: np.ndarray) -> tuple[Tensor, int]:
+        if self.task == "multiclass":
+            loss = nn.functional.cross_entropy(logits, y)
+            correct = int(np.sum(np.argmax(logits.data, axis=1) == y))
+        else:
+            flat = logits.reshape((-1,))
+            loss = nn.functional.binary_cross_entropy_with_logits(
+                flat, y.astype(logits.dtype, copy=False)
+            )
+            correct = int(np.sum((flat.data > 0) == (y > 0)))
+        return loss, correct
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """One optimiser step on a batch; returns the batch's mean loss and correct count."""
+        loss, correct = self.loss_and_correct(self.model(Tensor(x)), y)
+        value = loss.item()
+        if not math.isfinite(value):
+            return value, correct  # the caller stops before the update
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return value, correct
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
+        """Mean loss and accuracy over (x, y), in eval mode without recording a graph."""
+        was_training = self.model.training
+        self.model.eval()
+        total_loss, total_correct = 0.0, 0
+        try:
+            with no_grad():
+                for lo in range(0, len(x), batch_size):
+                    xb, yb = x[lo : lo + batch_size], y[lo : lo + batch_size]
+                    loss, correct = self.loss_and_correct(self.model(Tensor(xb)), yb)
+                    total_loss += loss.item() * len(xb)
+                    total_correct += correct
+        finally:
+            self.model.train(was_training)
+        n = max(len(x), 1)
+        return total_loss / n, total_correct / n
+
+    # -- the loop ------------------------------------------------------------------------------
+    def fit(
+        self,
+        train,
+        test=None,
+        *,
+        epochs: int,
+        batch_size: int,
+        max_steps: int | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        resume: bool = False,
+        eval_batch_size: int = 1000,
+    ) -> list[EpochRecord]:
+        """Train for ``epochs`` epochs (or until ``max_steps`` optimiser steps in total).
+
+        After each epoch: evaluate on ``test``, print a table row, save a checkpoint if
+        ``checkpoint_dir`` is set. With ``resume``, continue from the newest checkpoint there
+        (or start fresh if there is none), ending with exactly the weights of an uninterrupted
+        run. A NaN or infinite loss raises :class:`TrainingDiverged` before any update with it;
+        the last checkpoint is left as it was.
+        """
+        x, y = _xy(train)
+        xt, yt = _xy(test) if test is not None else (None, None)
+        batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed)
+        epoch, start, partial = 1, 0, None
+        self.records = []
+        if resume and checkpoint_dir is not None:
+            epoch, start, partial = self._restore(checkpoint_dir)
+        self.log(table_header())
+        for r in self.records:
+            self.log(table_row(r))
+        first_in_process = True
+        self.model.train()
+        while epoch <= epochs:
+            if max_steps is not None and self.global_step >= max_steps:
+                break
+            n = len(batches)
+            sums = dict(
+                partial or {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0, "alloc": []}
+            )
+            self.sampler.start_epoch(n, start)
+            bar = self._bar(n, start, epoch)
+            step_index = start
+            stopped = False
+            t0 = time.perf_counter()
+            for step_index, (xb, yb) in enumerate(batches.epoch(epoch, start=start), start):
+                if self.sampler.wants(step_index):
+                    (value, correct), nbytes = traced_step(
+                        lambda xb=xb, yb=yb: self.train_step(xb, yb)
+                    )
+                    sums["alloc"].append(nbytes)
+                else:
+                    value, correct = self.train_step(xb, yb)
+                if not math.isfinite(value):
+                    bar.close()
+                    where = (
+                        f"; the last good checkpoint is {checkpoint_dir}" if checkpoint_dir else ""
+                    )
+                    raise TrainingDiverged(
+                        f"loss became {value} at epoch {epoch}, step {step_index + 1} "
+                        f"(global step {self.global_step + 1}); nothing was updated with it"
+                        f"{where}. Run the step under tapegrad.detect_anomaly() to find the "
+                        f"first operation that produced a NaN or Inf"
+                    )
+                sums["loss"] += value * len(xb)
+                sums["correct"] += correct
+                sums["seen"] += len(xb)
+                self.global_step += 1
+                bar.update(1)
+                if bar.disable is False and step_index % 10 == 0:
+                    elapsed = sums["seconds"] + time.perf_counter() - t0
+                    bar.set_postfix(
+                        loss=f"{sums['loss'] / sums['seen']:.4f}",
+                        samples_s=f"{sums['seen'] / max(elapsed, 1e-9):.0f}",
+                    )
+                if max_steps is not None and self.global_step >= max_steps:
+                    stopped = step_index + 1 < n
+                    break
+            bar.close()
+            sums["seconds"] += time.perf_counter() - t0
+            if stopped and checkpoint_dir is not None:
+                self._save(checkpoint_dir, epoch, step_index + 1, sums)
+            record = self._record(
+                epoch,
+                n if not stopped else step_index + 1,
+                sums,
+                first_in_process,
+                xt,
+                yt,
+                eval_batch_size,
+            )
+            first_in_process = False
+            self.log(table_row(record))
+            if stopped:
+                self.records.append(record)
+                break
+            self.records.append(record)
+            if checkpoint_dir is not None:
+                self._save(checkpoint_dir, epoch + 1, 0, None)
+            epoch, start, partial = epoch + 1, 0, None
+        self.log(table_footer(self.records))
+        return self.records
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _bar(self, total: int, initial: int, epoch: int):
+        from tqdm.auto import tqdm
+
+        disable = True if not self.progress else _progress_disabled()
+        return tqdm(
+            total=total,
+            initial=initial,
+            desc=f"epoch {epoch}",
+            unit="batch",
+            leave=False,
+            disable=disable,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+
+    def _record(self, epoch, steps, sums, first, xt, yt, eval_batch_size) -> EpochRecord:
+        t0 = time.perf_counter()
+        test_loss = test_acc = None
+        if xt is not None:
+            test_loss, test_acc = self.evaluate(xt, yt, eval_batch_size)
+        eval_seconds = time.perf_counter() - t0
+        per_step = int(np.median(sums["alloc"])) if sums["alloc"] else None
+        seen = max(sums["seen"], 1)
+        return EpochRecord(
+            epoch=epoch,
+            steps=steps,
+            seconds=sums["seconds"],
+            samples_per_second=sums["seen"] / max(sums["seconds"], 1e-9),
+            allocated_bytes=None if per_step is None else per_step * steps,
+            allocated_per_step=per_step,
+            peak_rss_bytes=peak_rss_bytes(),
+            loss=sums["loss"] / seen,
+            train_accuracy=sums["correct"] / seen,
+            test_loss=test_loss,
+            test_accuracy=test_acc,
+            eval_seconds=eval_seconds,
+            first=first,
+        )
+
+    def _save(self, directory, epoch: int, start: int, partial: dict | None) -> Path:
+        meta = {
+            "epoch": epoch,
+            "start": start,
+            "partial": partial,
+            "seed": self.seed,
+            "records": [asdict(r) for r in self.records],
+        }
+        return save_checkpoint(
+            directory, self.global_step, self.model.state_dict(), self.optimizer.state_dict(), meta
+        )
+
+    def _restore(self, directory) -> tuple[int, int, dict | None]:
+        found = load_latest(directory)
+        if found is None:
+            self.log(f"no checkpoint in {directory} yet: starting fresh")
+            return 1, 0, None
+        model_state, optim_state, meta = found
+        if meta.get("seed") != self.seed:
+            raise ValueError(
+                f"checkpoint {meta['path']} was made with seed {meta.get('seed')}, "
+                f"this run uses seed {self.seed}; resume with the same seed"
+            )
+        self.model.load_state_dict(model_state)
+        self.optimizer.load_state_dict(optim_state)
+        self.global_step = int(meta["global_step"])
+        self.records = [EpochRecord(**r) for r in meta.get("records", [])]
+        self.log(
+            f"resumed from {meta['path']} (epoch {meta['epoch']}, batch {meta['start']}, "
+            f"global step {self.global_step})"
+        )
+        return int(meta["epoch"]), int(meta["start"]), meta.get("partial")
