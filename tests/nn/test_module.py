@@ -183,6 +183,21 @@ def test_zero_grad_and_requires_grad_():
     assert not net(x).requires_grad
 
 
+def test_trainable_parameters_leave_frozen_out():
+    from tapegrad import optim
+
+    model = nn.Sequential(
+        nn.Embedding.from_pretrained(np.ones((4, 2), np.float32)), nn.Linear(2, 1)
+    )
+    assert len(list(model.parameters())) == 3
+    trainable = model.trainable_parameters()
+    assert trainable == [model[1].weight, model[1].bias]
+    opt = optim.SGD(trainable, lr=0.1)
+    model(np.array([[0, 3]])).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(model[0].weight.data, 1.0)
+
+
 def test_call_runs_forward_and_base_forward_is_abstract():
     with pytest.raises(NotImplementedError, match="Module"):
         nn.Module()(1)

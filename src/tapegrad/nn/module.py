@@ -121,6 +121,11 @@ class Module:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
+    def trainable_parameters(self) -> list[Parameter]:
+        """The parameters with ``requires_grad=True``: what an optimiser should update (frozen
+        ones, e.g. a pretrained Embedding, are left out)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
     def named_children(self) -> Iterator[tuple[str, Module]]:
         for name, m in self._modules.items():
             if m is not None:

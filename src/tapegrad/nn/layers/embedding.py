@@ -15,10 +15,12 @@ class Embedding(Module):
     """Map integer indices of any shape to rows of ``weight (num_embeddings, embedding_dim)``:
     output ``indices.shape + (embedding_dim,)``. Repeated indices accumulate gradient.
 
-    Initialisation: N(0, 1) entries — the exception to the Xavier default, because a table's
-    "fans" (vocabulary size and width) say nothing about the scale its rows should have, and
-    Xavier over a large vocabulary would make every row nearly zero. ``trainable=False`` keeps
-    the table fixed (its parameter has ``requires_grad=False`` but stays in ``state_dict``).
+    Initialisation: Xavier/Glorot uniform like every other weight, fans ``(embedding_dim,
+    num_embeddings)``; over a large vocabulary that gives small rows (bound
+    ``sqrt(6 / (num + dim))``), which adaptive optimisers handle well. For unit-variance rows
+    call ``nn.init.normal_(emb.weight)``. ``trainable=False`` keeps the table fixed (its
+    parameter has ``requires_grad=False`` but stays in ``state_dict``; pass
+    ``model.trainable_parameters()`` to an optimiser).
     """
 
     def __init__(
@@ -32,7 +34,7 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype))
-        init.normal_(self.weight, 0.0, 1.0, rng=rng)
+        init.xavier_uniform_(self.weight, rng=rng)
         self.weight.requires_grad = bool(trainable)
 
     @classmethod
