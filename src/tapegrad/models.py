@@ -148,7 +148,7 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "text-cnn-learned",
             "Seed 003's text CNN: the same network with a trainable embedding initialised at "
-            "random (Xavier), Adam lr 1e-3, batch 64, 5 epochs.",
+            "random (standard normal), Adam lr 1e-3, batch 64, 5 epochs.",
             ("imdb",),
             _text_cnn,
             "binary",

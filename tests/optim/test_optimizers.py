@@ -192,8 +192,6 @@ def test_bad_hyperparameters(make, match):
 def test_bad_params():
     with pytest.raises(TypeError, match="float tensors"):
         optim.SGD([tg.tensor(np.arange(3))], lr=0.1)
-    with pytest.raises(ValueError, match="does not require grad"):
-        optim.SGD([tg.tensor([1.0, 2.0])], lr=0.1)
     with pytest.raises(TypeError, match="expected a tapegrad Tensor"):
         optim.Adam([np.zeros(3, np.float32)])
     with pytest.raises(TypeError, match="wrap it in a list"):
@@ -221,3 +219,13 @@ def test_add_param_group():
     opt.step()
     np.testing.assert_allclose(a.data, -0.1)
     np.testing.assert_allclose(b.data, -0.5)
+
+
+def test_frozen_parameters_are_accepted_and_left_alone():
+    frozen = tg.tensor([1.0, 2.0])  # e.g. a pretrained embedding with requires_grad=False
+    live = tg.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.Adam([frozen, live], lr=0.1)
+    (live * frozen).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(frozen.data, [1.0, 2.0])
+    assert not np.array_equal(live.data, [1.0, 2.0])

@@ -86,8 +86,6 @@ class Optimizer:
                 raise TypeError(f"{where} is a {type(p).__name__}, expected a tapegrad Tensor")
             if p.data.dtype.kind != "f":
                 raise TypeError(f"{where} has dtype {p.data.dtype}; optimisers need float tensors")
-            if not p.requires_grad:
-                raise ValueError(f"{where} does not require grad (requires_grad=False)")
             if not p.is_leaf:
                 raise ValueError(f"{where} is not a leaf tensor; optimise leaves only")
             if id(p) in seen:

@@ -15,12 +15,11 @@ class Embedding(Module):
     """Map integer indices of any shape to rows of ``weight (num_embeddings, embedding_dim)``:
     output ``indices.shape + (embedding_dim,)``. Repeated indices accumulate gradient.
 
-    Initialisation: Xavier/Glorot uniform like every other weight, fans ``(embedding_dim,
-    num_embeddings)``; over a large vocabulary that gives small rows (bound
-    ``sqrt(6 / (num + dim))``), which adaptive optimisers handle well. For unit-variance rows
-    call ``nn.init.normal_(emb.weight)``. ``trainable=False`` keeps the table fixed (its
-    parameter has ``requires_grad=False`` but stays in ``state_dict``; pass
-    ``model.trainable_parameters()`` to an optimiser).
+    Initialisation: standard normal N(0, 1) rows. This is the one layer that does not default
+    to Xavier: Xavier's fans would be (dim, vocabulary), and over a vocabulary of 20,000 words
+    its bound ``sqrt(6 / (num + dim))`` is about 0.017, rows too small for a learned embedding
+    to separate words early in training. ``trainable=False`` keeps the table fixed (its
+    parameter has ``requires_grad=False`` but stays in ``state_dict``; optimisers skip it).
     """
 
     def __init__(
@@ -34,7 +33,7 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype))
-        init.xavier_uniform_(self.weight, rng=rng)
+        init.normal_(self.weight, rng=rng)
         self.weight.requires_grad = bool(trainable)
 
     @classmethod
