@@ -1,1 +1,56 @@
-"""Datasets: resolution of local copies, checksummed downloads, loaders, batch iterators."""
+"""Datasets: resolution of local copies, checksummed downloads, loaders, batch iterators.
+
+>>> from tapegrad import data
+>>> ds = data.mnist()                         # doctest: +SKIP
+>>> for xb, yb in data.Batches(ds.train.x, ds.train.y, 100, seed=0):  # doctest: +SKIP
+...     ...
+
+Where files are looked for, and in which order, is described in :mod:`tapegrad.data.paths`;
+:func:`describe` reports what was found.
+"""
+
+from .batches import Batches
+from .embeddings import GloveVectors, glove
+from .errors import DatasetError, DatasetNotFoundError
+from .idx import parse_idx, read_idx
+from .paths import (
+    DATASETS,
+    cache_dir,
+    describe,
+    downloads_enabled,
+    resolve,
+    sha256_file,
+    verify_checksum,
+)
+from .text import PAD, UNK, TextDataset, Vocab, imdb, pad_sequences, tokenize
+from .vision import FASHION_CLASSES, MNIST_CLASSES, ImageDataset, Split, fashion_mnist, mnist
+
+__all__ = [
+    "mnist",
+    "fashion_mnist",
+    "imdb",
+    "glove",
+    "Batches",
+    "describe",
+    "resolve",
+    "cache_dir",
+    "downloads_enabled",
+    "verify_checksum",
+    "sha256_file",
+    "read_idx",
+    "parse_idx",
+    "tokenize",
+    "pad_sequences",
+    "Vocab",
+    "PAD",
+    "UNK",
+    "Split",
+    "ImageDataset",
+    "TextDataset",
+    "GloveVectors",
+    "MNIST_CLASSES",
+    "FASHION_CLASSES",
+    "DATASETS",
+    "DatasetError",
+    "DatasetNotFoundError",
+]

@@ -1,0 +1,128 @@
+"""Mini-batch iteration over in-memory arrays.
+
+Shuffling is a permutation drawn from ``numpy.random.default_rng([seed, epoch])``: epoch ``k``'s
+order depends on ``(seed, k)`` only, not on how many epochs ran before, so a run resumed at
+epoch ``k`` (and batch ``start``) sees exactly the batches an uninterrupted run would.
+Batches are taken with one fancy-indexing operation each (a slice view when not shuffling),
+never a Python loop over samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class Batches:
+    """Iterate ``(x[idx], y[idx])`` mini-batches; ``y=None`` yields ``x[idx]`` alone.
+
+    ``for xb, yb in batches`` runs the current epoch (from batch ``start`` if one was given to
+    the constructor or :meth:`set_epoch`) and then advances to the next epoch; :meth:`epoch`
+    runs any epoch explicitly. ``len()`` is the number of batches per epoch.
+    """
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        y: np.ndarray | None,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        *,
+        epoch: int = 0,
+        start: int = 0,
+    ):
+        x = np.asanyarray(x)  # keeps subclasses such as np.memmap
+        if x.ndim == 0:
+            raise ValueError("Batches: x must have a sample dimension, got a 0-d array")
+        if y is not None:
+            y = np.asanyarray(y)
+            if y.ndim == 0 or len(y) != len(x):
+                raise ValueError(
+                    f"Batches: x has {len(x)} samples but y has shape {y.shape}; "
+                    "their first dimensions must agree"
+                )
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError(f"Batches: batch_size must be a positive integer, got {batch_size!r}")
+        self.x, self.y = x, y
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.set_epoch(epoch, start)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.x)
+
+    def __len__(self) -> int:
+        n, b = self.n_samples, self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The sample order of ``epoch``: a seeded permutation, or ``arange`` without shuffling."""
+        if not self.shuffle:
+            return np.arange(self.n_samples)
+        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.n_samples)
+
+    def epoch(self, epoch: int, start: int = 0) -> Iterator:
+        """The batches of ``epoch`` from batch index ``start`` (for resuming mid-epoch)."""
+        n_batches = len(self)
+        if not 0 <= start <= n_batches:
+            raise ValueError(f"Batches: start must be in 0..{n_batches}, got {start}")
+        return self._batches(epoch, start)
+
+    def _batches(self, epoch: int, start: int) -> Iterator:
+        n_batches, b = len(self), self.batch_size
+        order = self.order(epoch) if self.shuffle else None
+        for i in range(start, n_batches):
+            lo, hi = i * b, min((i + 1) * b, self.n_samples)
+            idx = order[lo:hi] if order is not None else slice(lo, hi)
+            if self.y is None:
+                yield self.x[idx]
+            else:
+                yield self.x[idx], self.y[idx]
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Make the next ``iter()`` run ``epoch`` from batch ``start`` (checkpoint resume)."""
+        if epoch < 0:
+            raise ValueError(f"Batches: epoch must be >= 0, got {epoch}")
+        if not 0 <= start <= len(self):
+            raise ValueError(f"Batches: start must be in 0..{len(self)}, got {start}")
+        self._epoch, self._start = int(epoch), int(start)
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch the next ``iter()`` will run."""
+        return self._epoch
+
+    def __iter__(self) -> Iterator:
+        epoch, start = self._epoch, self._start
+        self._epoch, self._start = epoch + 1, 0
+        return self.epoch(epoch, start)
+
+    def __repr__(self) -> str:
+        return (
+            f"Batches({self.n_samples} samples, batch_size={self.batch_size}, "
+            f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last})"
+        )
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split of a dataset: inputs ``x`` and labels ``y`` with the same first dimension."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def batches(
+        self, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False
+    ) -> Batches:
+        """A :class:`Batches` iterator over this split."""
+        return Batches(self.x, self.y, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)

@@ -1,0 +1,134 @@
+"""Batches: coverage per epoch, drop_last, reproducibility per (seed, epoch), resuming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tapegrad.data import Batches, Split
+
+
+def _data(n):
+    x = np.arange(n * 3, dtype=np.float32).reshape(n, 3)  # row i starts with 3*i
+    y = np.arange(n, dtype=np.int64)
+    return x, y
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 60), batch=st.integers(1, 17), shuffle=st.booleans(), epoch=st.integers(0, 5)
+)
+def test_each_sample_once_per_epoch_and_pairs_stay_aligned(n, batch, shuffle, epoch):
+    x, y = _data(n)
+    b = Batches(x, y, batch, shuffle=shuffle, seed=3)
+    got = list(b.epoch(epoch))
+    assert len(got) == len(b) == -(-n // batch)
+    ys = np.concatenate([yb for _, yb in got])
+    np.testing.assert_array_equal(np.sort(ys), y)  # every sample exactly once
+    for xb, yb in got:
+        np.testing.assert_array_equal(xb[:, 0], 3 * yb)  # x and y rows belong together
+        assert xb.dtype == x.dtype
+    assert all(len(yb) == batch for _, yb in got[:-1])
+    if not shuffle:
+        np.testing.assert_array_equal(ys, y)
+
+
+def test_drop_last():
+    x, y = _data(10)
+    b = Batches(x, y, 4, drop_last=True, seed=0)
+    assert len(b) == 2
+    got = list(b.epoch(0))
+    assert [len(yb) for _, yb in got] == [4, 4]
+    assert len(np.unique(np.concatenate([yb for _, yb in got]))) == 8
+    assert len(Batches(x, y, 4, drop_last=False)) == 3
+    assert len(Batches(x, y, 5, drop_last=True)) == 2
+    assert (
+        len(Batches(x, y, 11, drop_last=True)) == 0
+        and list(Batches(x, y, 11, drop_last=True)) == []
+    )
+
+
+def test_order_depends_only_on_seed_and_epoch():
+    x, y = _data(50)
+    a = Batches(x, y, 8, seed=7)
+    orders = [
+        np.concatenate([yb for _, yb in epoch_iter]) for epoch_iter in (iter(a) for _ in range(4))
+    ]
+    assert a.current_epoch == 4
+    fresh = Batches(x, y, 8, seed=7)
+    for k in (3, 0, 2):  # any epoch, in any order, on its own
+        np.testing.assert_array_equal(np.concatenate([yb for _, yb in fresh.epoch(k)]), orders[k])
+        np.testing.assert_array_equal(fresh.order(k), orders[k])
+    assert not np.array_equal(orders[0], orders[1])  # epochs differ
+    other = Batches(x, y, 8, seed=8)
+    assert not np.array_equal(other.order(0), orders[0])  # seeds differ
+    assert not np.array_equal(orders[0], y)  # actually shuffled
+
+
+def test_resume_mid_epoch():
+    x, y = _data(45)
+    full = [yb for _, yb in Batches(x, y, 6, seed=1).epoch(2)]
+    resumed = [yb for _, yb in Batches(x, y, 6, seed=1).epoch(2, start=3)]
+    assert len(resumed) == len(full) - 3
+    for a, b in zip(resumed, full[3:]):
+        np.testing.assert_array_equal(a, b)
+
+    b = Batches(x, y, 6, seed=1, epoch=2, start=5)  # as after loading a checkpoint
+    first = [yb for _, yb in b]
+    assert len(first) == len(full) - 5
+    np.testing.assert_array_equal(first[0], full[5])
+    after = [yb for _, yb in b]  # the next epoch starts at batch 0
+    np.testing.assert_array_equal(np.concatenate(after), Batches(x, y, 6, seed=1).order(3))
+
+    b.set_epoch(2, start=len(full))
+    assert list(b) == []
+    with pytest.raises(ValueError, match="start must be in 0..8"):
+        b.epoch(0, start=9)
+    with pytest.raises(ValueError, match="start must be in 0..8"):
+        Batches(x, y, 6, start=-1)
+
+
+def test_one_fancy_index_per_batch_not_per_sample():
+    calls = []
+
+    class Counting(np.ndarray):
+        def __getitem__(self, idx):
+            calls.append(idx)
+            return np.asarray(self).__getitem__(idx)
+
+    x, y = _data(100)
+    b = Batches(x.view(Counting), y, 32, seed=0)
+    assert sum(1 for _ in b.epoch(0)) == 4
+    assert len(calls) == 4
+    assert all(isinstance(i, np.ndarray) and i.dtype.kind == "i" for i in calls)
+
+
+def test_unshuffled_batches_are_views():
+    x, y = _data(20)
+    for xb, yb in Batches(x, y, 8, shuffle=False):
+        assert np.shares_memory(xb, x) and np.shares_memory(yb, y)
+
+
+def test_x_only_and_split_helper():
+    x, y = _data(9)
+    got = list(Batches(x, None, 4, shuffle=False))
+    assert [g.shape for g in got] == [(4, 3), (4, 3), (1, 3)]
+    split = Split(x, y)
+    assert len(split) == 9
+    b = split.batches(4, seed=5)
+    np.testing.assert_array_equal(b.order(1), Batches(x, y, 4, seed=5).order(1))
+
+
+def test_bad_arguments():
+    x, y = _data(10)
+    with pytest.raises(ValueError, match="x has 10 samples but y has shape \\(9,\\)"):
+        Batches(x, y[:9], 4)
+    for bad in (0, -2, 2.5):
+        with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+            Batches(x, y, bad)
+    with pytest.raises(ValueError, match="0-d"):
+        Batches(np.float32(1.0), None, 1)
+    with pytest.raises(ValueError, match="epoch must be >= 0"):
+        Batches(x, y, 4).set_epoch(-1)
