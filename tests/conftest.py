@@ -20,5 +20,6 @@ def data_root() -> pathlib.Path:
 def real_data() -> pathlib.Path:
     root = data_root()
     assert (root / "mnist").is_dir(), (
-        f"the real datasets are not at {root}; set TAPEGRAD_DATA to the shared data folder")
+        f"the real datasets are not at {root}; set TAPEGRAD_DATA to the shared data folder"
+    )
     return root

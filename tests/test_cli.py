@@ -11,16 +11,24 @@ from tapegrad.cli import main
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tapegrad", *args], capture_output=True,
-                          text=True, env={**os.environ, "CI": "true", **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tapegrad", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CI": "true", **(env or {})},
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["train", "nope"], "unknown preset 'nope'"),
-    (["train", "mlp", "--dataset", "imdb"], "preset mlp trains on mnist or fashion-mnist"),
-    (["train", "mlp", "--epochs", "0"], "--epochs must be at least 1"),
-    (["train", "mlp", "--resume"], "--resume needs --checkpoint-dir"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "nope"], "unknown preset 'nope'"),
+        (["train", "mlp", "--dataset", "imdb"], "preset mlp trains on mnist or fashion-mnist"),
+        (["train", "mlp", "--epochs", "0"], "--epochs must be at least 1"),
+        (["train", "mlp", "--resume"], "--resume needs --checkpoint-dir"),
+    ],
+)
 def test_user_mistakes_give_one_line_and_status_2(args, message, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -41,13 +49,32 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     assert r.returncode == 2 and "Traceback" not in r.stderr and "--bogus" in r.stderr
 
 
-def test_train_prints_table_writes_results_and_evaluate_reads_the_model(real_data, tmp_path,
-                                                                         capsys):
+def test_train_prints_table_writes_results_and_evaluate_reads_the_model(
+    real_data, tmp_path, capsys
+):
     out_json, out_csv = tmp_path / "r.json", tmp_path / "r.csv"
     model_file, png = tmp_path / "mlp.safetensors", tmp_path / "r.png"
-    assert main(["train", "mlp", "--max-steps", "120", "--data-dir", str(real_data),
-                 "--json", str(out_json), "--csv", str(out_csv), "--plot", str(png),
-                 "--save", str(model_file)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "mlp",
+                "--max-steps",
+                "120",
+                "--data-dir",
+                str(real_data),
+                "--json",
+                str(out_json),
+                "--csv",
+                str(out_csv),
+                "--plot",
+                str(png),
+                "--save",
+                str(model_file),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for column in ("epoch", "time", "alloc/epoch", "peak RSS", "loss", "train acc", "test acc"):
         assert column in out

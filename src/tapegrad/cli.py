@@ -140,10 +140,10 @@ def cmd_train(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from .models import build_model
-    from .serialization import load_arrays
+    from .serialization import load, read_metadata
     from .train import Trainer
 
-    arrays, meta = load_arrays(args.model_file)
+    meta = read_metadata(args.model_file)
     if "preset" not in meta:
         raise UserError(
             f"{args.model_file} names no preset in its metadata; it was not written "
@@ -159,7 +159,7 @@ def cmd_evaluate(args) -> int:
     config = json.loads(meta.get("config", "{}"))
     ds, _ = load_dataset(dataset, args.data_dir, maxlen=config.get("maxlen", 130))
     model = build_model(preset, seed=0, **config)
-    model.load_state_dict(arrays)
+    load(args.model_file, model=model)
     trainer = Trainer(model, optimizer=None, task=preset.task, log=None)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
     print(

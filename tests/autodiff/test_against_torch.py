@@ -6,7 +6,6 @@ import torch
 
 import tapegrad as tg
 
-
 EXPRESSIONS = {
     "mlp": (
         lambda m, w, b, x: ((x @ w + b).tanh() @ w.T).sigmoid().sum(),

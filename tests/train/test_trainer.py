@@ -18,8 +18,12 @@ def blobs(n=240, classes=3, seed=0):
 
 
 def make(seed=0, lr=0.05, opt="adam"):
-    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8, rng=np.random.default_rng(seed)),
-                          nn.Tanh(), nn.Linear(8, 3, rng=np.random.default_rng(seed + 1)))
+    model = nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(16, 8, rng=np.random.default_rng(seed)),
+        nn.Tanh(),
+        nn.Linear(8, 3, rng=np.random.default_rng(seed + 1)),
+    )
     cls = optim.Adam if opt == "adam" else optim.SGD
     return model, cls(model.parameters(), lr=lr)
 
@@ -60,19 +64,18 @@ def _weights(model):
 def test_resume_is_bit_identical(tmp_path, stop_after):
     x, y = blobs()
     model, opt = make()
-    Trainer(model, opt, seed=3, progress=False, log=None).fit(
-        (x, y), None, epochs=3, batch_size=30)
+    Trainer(model, opt, seed=3, progress=False, log=None).fit((x, y), None, epochs=3, batch_size=30)
     expected = _weights(model)
 
     ckpt = tmp_path / "ckpt"
     model, opt = make()
     Trainer(model, opt, seed=3, progress=False, log=None).fit(
-        (x, y), None, epochs=3, batch_size=30, max_steps=stop_after, checkpoint_dir=ckpt)
+        (x, y), None, epochs=3, batch_size=30, max_steps=stop_after, checkpoint_dir=ckpt
+    )
     assert load_latest(ckpt) is not None
     model, opt = make(seed=99)  # different initial weights: everything must come from the file
     trainer = Trainer(model, opt, seed=3, progress=False, log=None)
-    records = trainer.fit((x, y), None, epochs=3, batch_size=30, checkpoint_dir=ckpt,
-                          resume=True)
+    records = trainer.fit((x, y), None, epochs=3, batch_size=30, checkpoint_dir=ckpt, resume=True)
     assert trainer.global_step == 24
     assert [r.epoch for r in records] == [1, 2, 3]
     got = _weights(model)
@@ -83,8 +86,9 @@ def test_resume_is_bit_identical(tmp_path, stop_after):
 def test_resume_without_checkpoint_starts_fresh(tmp_path, capsys):
     x, y = blobs()
     model, opt = make()
-    Trainer(model, opt, progress=False).fit((x, y), None, epochs=1, batch_size=60,
-                                            checkpoint_dir=tmp_path / "none", resume=True)
+    Trainer(model, opt, progress=False).fit(
+        (x, y), None, epochs=1, batch_size=60, checkpoint_dir=tmp_path / "none", resume=True
+    )
     assert "starting fresh" in capsys.readouterr().out
 
 
@@ -111,16 +115,24 @@ def test_binary_task_and_reports(tmp_path):
     x = rng.normal(size=(200, 5)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
     model = nn.Sequential(nn.Linear(5, 1, rng=rng))
-    trainer = Trainer(model, optim.Adam(model.parameters(), lr=0.05), task="binary",
-                      progress=False, log=None)
+    trainer = Trainer(
+        model, optim.Adam(model.parameters(), lr=0.05), task="binary", progress=False, log=None
+    )
     records = trainer.fit((x, y), (x, y), epochs=4, batch_size=20)
     assert records[-1].test_accuracy > 0.9
     write_json(tmp_path / "r.json", records, {"preset": "test"})
     write_csv(tmp_path / "r.csv", records)
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["preset"] == "test" and len(data["epochs"]) == 4
-    assert set(data["epochs"][0]) >= {"seconds", "allocated_bytes", "peak_rss_bytes", "loss",
-                                      "train_accuracy", "test_accuracy", "first"}
+    assert set(data["epochs"][0]) >= {
+        "seconds",
+        "allocated_bytes",
+        "peak_rss_bytes",
+        "loss",
+        "train_accuracy",
+        "test_accuracy",
+        "first",
+    }
     assert (tmp_path / "r.csv").read_text().count("\n") == 5
 
 
@@ -129,8 +141,9 @@ def test_plot_writes_png(tmp_path):
 
     x, y = blobs()
     model, opt = make()
-    records = Trainer(model, opt, progress=False, log=None).fit((x, y), (x, y), epochs=2,
-                                                                  batch_size=60)
+    records = Trainer(model, opt, progress=False, log=None).fit(
+        (x, y), (x, y), epochs=2, batch_size=60
+    )
     plot(tmp_path / "p.png", records, title="blobs")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -143,7 +143,8 @@ class Trainer:
             sums = dict(
                 partial or {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0, "alloc": []}
             )
-            self.sampler.start_epoch(n, start)
+            will_run = n if max_steps is None else min(n, start + max_steps - self.global_step)
+            self.sampler.start_epoch(will_run, start)
             bar = self._bar(n, start, epoch)
             step_index = start
             stopped = False
