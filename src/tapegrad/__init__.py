@@ -48,6 +48,8 @@ def ones(shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
 from . import data, nn, optim  # noqa: E402
 from .serialization import load, save  # noqa: E402
 
+manual_seed = nn.init.manual_seed
+
 __all__ = [
     "Tensor",
     "tensor",

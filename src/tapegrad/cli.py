@@ -15,39 +15,10 @@ import sys
 import numpy as np
 
 EXIT_USAGE, EXIT_DIVERGED = 2, 3
-OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 
 
 class UserError(Exception):
     """A mistake in how the command was called; reported in one line."""
-
-
-# -- data and model wiring ---------------------------------------------------------------------
-def load_dataset(name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000):
-    from . import data
-
-    if name == "mnist":
-        return data.mnist(data_dir=data_dir), {}
-    if name == "fashion-mnist":
-        return data.fashion_mnist(data_dir=data_dir), {}
-    if name == "imdb":
-        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size)
-        return ds, {"vocab_size": len(ds.vocab), "maxlen": maxlen}
-    raise UserError(f"unknown dataset {name!r}; choose mnist, fashion-mnist or imdb")
-
-
-def make_optimizer(name: str, params, lr: float, momentum: float = 0.0):
-    from . import optim
-
-    if name == "sgd":
-        return optim.SGD(params, lr=lr, momentum=momentum)
-    if name == "adam":
-        return optim.Adam(params, lr=lr)
-    if name == "adamw":
-        return optim.AdamW(params, lr=lr)
-    if name == "rmsprop":
-        return optim.RMSprop(params, lr=lr, momentum=momentum)
-    raise UserError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
 
 
 def _preset(name):
@@ -61,16 +32,11 @@ def _preset(name):
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
-    from . import data, save
-    from .models import build_model
+    from . import save
     from .train import Trainer, plot, write_csv, write_json
+    from .train.experiment import setup
 
     preset = _preset(args.preset)
-    dataset = args.dataset or preset.dataset
-    if dataset not in preset.datasets:
-        raise UserError(
-            f"preset {preset.name} trains on {' or '.join(preset.datasets)}, not {dataset!r}"
-        )
     for flag in ("epochs", "batch_size", "max_steps"):
         v = getattr(args, flag)
         if v is not None and v < 1:
@@ -79,25 +45,29 @@ def cmd_train(args) -> int:
         raise UserError(f"--lr must be positive, got {args.lr}")
     if args.resume and not args.checkpoint_dir:
         raise UserError("--resume needs --checkpoint-dir (where the checkpoints are)")
+    if args.dataset and args.dataset not in preset.datasets:
+        raise UserError(
+            f"preset {preset.name} trains on {' or '.join(preset.datasets)}, not {args.dataset!r}"
+        )
     epochs = args.epochs or preset.epochs
     batch_size = args.batch_size or preset.batch_size
-    lr = args.lr or preset.lr
-    opt_name = args.optimizer or preset.optimizer
-
-    ds, config = load_dataset(dataset, args.data_dir)
-    if preset.needs_glove:
-        embedding, coverage = data.glove(ds.vocab, dim=50, data_dir=args.data_dir)
-        print(f"GloVe 50d covers {100 * coverage:.1f}% of the {len(ds.vocab)}-word vocabulary")
-        config["embedding"] = embedding
-    model = build_model(preset, seed=args.seed, **config)
-    optimizer = make_optimizer(opt_name, model.parameters(), lr, args.momentum)
+    exp = setup(
+        preset,
+        args.dataset,
+        args.data_dir,
+        seed=args.seed,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        momentum=args.momentum,
+    )
+    ds, model = exp.data, exp.model
     n_params = sum(p.data.size for p in model.parameters())
     print(
-        f"{preset.name} on {dataset}: {len(ds.train.y)} train / {len(ds.test.y)} test samples, "
-        f"{n_params} parameters, {opt_name} lr {lr:g}, batch {batch_size}, {epochs} epochs, "
-        f"seed {args.seed}"
+        f"{preset.name} on {exp.dataset}: {len(ds.train.y)} train / {len(ds.test.y)} test "
+        f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}, batch "
+        f"{batch_size}, {epochs} epochs, seed {args.seed}"
     )
-    trainer = Trainer(model, optimizer, preset.task, seed=args.seed)
+    trainer = Trainer(model, exp.optimizer, preset.task, seed=args.seed)
     records = trainer.fit(
         ds.train,
         ds.test,
@@ -109,9 +79,9 @@ def cmd_train(args) -> int:
     )
     info = {
         "preset": preset.name,
-        "dataset": dataset,
-        "optimizer": opt_name,
-        "lr": lr,
+        "dataset": exp.dataset,
+        "optimizer": exp.optimizer_name,
+        "lr": exp.lr,
         "batch_size": batch_size,
         "epochs": epochs,
         "seed": args.seed,
@@ -125,13 +95,13 @@ def cmd_train(args) -> int:
     if args.csv:
         write_csv(args.csv, records)
     if args.plot:
-        plot(args.plot, records, title=f"{preset.name} on {dataset}")
+        plot(args.plot, records, title=f"{preset.name} on {exp.dataset}")
     if args.save:
         meta = {
             "preset": preset.name,
-            "dataset": dataset,
+            "dataset": exp.dataset,
             "seed": str(args.seed),
-            "config": json.dumps({k: v for k, v in config.items() if k != "embedding"}),
+            "config": json.dumps(exp.config),
         }
         save(model, args.save, metadata=meta)
         print(f"saved weights to {args.save}")
@@ -142,6 +112,7 @@ def cmd_evaluate(args) -> int:
     from .models import build_model
     from .serialization import load, read_metadata
     from .train import Trainer
+    from .train.experiment import load_dataset
 
     meta = read_metadata(args.model_file)
     if "preset" not in meta:
@@ -157,7 +128,7 @@ def cmd_evaluate(args) -> int:
             f"{' or '.join(preset.datasets)}, not {dataset!r}"
         )
     config = json.loads(meta.get("config", "{}"))
-    ds, _ = load_dataset(dataset, args.data_dir, maxlen=config.get("maxlen", 130))
+    ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
     model = build_model(preset, seed=0, **config)
     load(args.model_file, model=model)
     trainer = Trainer(model, optimizer=None, task=preset.task, log=None)
@@ -223,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--epochs", type=int)
     t.add_argument("--batch-size", type=int)
     t.add_argument("--lr", type=float)
-    t.add_argument("--optimizer", choices=OPTIMIZERS)
+    t.add_argument("--optimizer", choices=("sgd", "adam", "adamw", "rmsprop"))
     t.add_argument("--momentum", type=float, default=0.0)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -55,9 +57,8 @@ def table_footer(records: list[EpochRecord]) -> str:
     steady = [r.seconds for r in records if not r.first]
     lines = ["* first epoch of the process: includes warm-up (and compilation), reported apart"]
     if steady:
-        steady.sort()
         lines.append(
-            f"steady-state epoch time: median {steady[len(steady) // 2]:.2f}s over "
+            f"steady-state epoch time: median {statistics.median(steady):.2f}s over "
             f"{len(steady)} epoch(s)"
         )
     return "\n".join(lines)
@@ -84,8 +85,6 @@ def write_json(path, records: list[EpochRecord], info: dict) -> None:
 
 def write_csv(path, records: list[EpochRecord]) -> None:
     names = [f.name for f in fields(EpochRecord)]
-    import io
-
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=names)
     w.writeheader()
