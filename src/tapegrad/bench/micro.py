@@ -43,7 +43,8 @@ is pinned to ``threads`` CPU threads (default 1): CPU affinity for the process, 
 library's own setting (``torch.set_num_threads``, NumPy's OpenBLAS, ``XLA_FLAGS``).
 
 ``python -m tapegrad.bench.micro [--frameworks tapegrad,torch,jax,autograd] [--repeats 7]
-[--quick] [--threads 1] [--json PATH]`` prints the Markdown table.
+[--quick] [--threads 1] [--json PATH]`` prints the Markdown table (about a minute for all
+four frameworks; ``--quick`` is a smoke run of a few seconds whose numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -524,12 +525,21 @@ def pinned_threads(n: int, frameworks: Sequence[str]) -> Iterator[list[str]]:
                 "jax was imported before the micro-benchmarks pinned threads; its XLA CPU thread "
                 "pool may not follow XLA_FLAGS (CPU affinity still applies)"
             )
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "intra_op_parallelism_threads" not in flags:
+        flags = os.environ.get("XLA_FLAGS")
+        if "intra_op_parallelism_threads" not in (flags or ""):
             extra = f"intra_op_parallelism_threads={n}"
             if n == 1:
                 extra = "--xla_cpu_multi_thread_eigen=false " + extra
-            os.environ["XLA_FLAGS"] = (flags + " " + extra).strip()
+            os.environ["XLA_FLAGS"] = ((flags or "") + " " + extra).strip()
+            # JAX reads the flags once, when its CPU backend starts (during the run); restoring
+            # them keeps them from leaking into subprocesses started later.
+            restore.append(
+                lambda: (
+                    os.environ.__setitem__("XLA_FLAGS", flags)
+                    if flags is not None
+                    else os.environ.pop("XLA_FLAGS", None)
+                )
+            )
     try:
         yield notes
     finally:
