@@ -1,0 +1,1 @@
+"""Benchmarks of tapegrad against PyTorch, JAX and HIPS autograd."""
