@@ -21,7 +21,7 @@ from . import anomaly
 from .backend import DEFAULT_DTYPE, unbroadcast
 from .errors import DTypeError, GraphError, ShapeError
 from .primitives import registry
-from .tensor import Tensor
+from .tensor import _TRACING, Tensor
 
 
 class _GradMode:
@@ -159,6 +159,7 @@ def apply(prim, *args, **attrs) -> Tensor:
     if anomaly._Mode.enabled:
         site = anomaly.call_site()
         anomaly.check_forward(prim, arrays, out, site)
+    parents = None
     if _GradMode.enabled and prim.differentiable:
         mask = prim.diff_mask
         parents = []
@@ -170,9 +171,18 @@ def apply(prim, *args, **attrs) -> Tensor:
             else:
                 parents.append(None)
         if record:
-            node = Node(prim, tuple(parents), arrays, out, attrs, aux, site)
-            return Tensor._make(out, node, True)
-    return Tensor._make(out, None, False)
+            result = Tensor._make(
+                out, Node(prim, tuple(parents), arrays, out, attrs, aux, site), True
+            )
+        else:
+            parents = None
+            result = Tensor._make(out, None, False)
+    else:
+        result = Tensor._make(out, None, False)
+    trace = _TRACING.active
+    if trace is not None:
+        trace.record_eq(prim, args, arrays, attrs, result, parents)
+    return result
 
 
 def toposort(root: Tensor) -> list[Tensor]:
@@ -209,6 +219,7 @@ def backward(root: Tensor, gradient=None, retain_graph: bool = False) -> None:
             "backward: this tensor does not require grad (no input of it had requires_grad=True, "
             "or it was computed under no_grad())"
         )
+    explicit = gradient is not None
     if gradient is None:
         if root.data.size != 1:
             raise GraphError(
@@ -227,6 +238,8 @@ def backward(root: Tensor, gradient=None, retain_graph: bool = False) -> None:
                 f"backward: gradient has dtype {gradient.dtype}, the tensor has dtype {root.dtype}"
             )
     order = toposort(root)
+    if _TRACING.active is not None:
+        _TRACING.active.record_backward(root, gradient if explicit else None, order)
     grads: dict[int, np.ndarray] = {id(root): gradient}
     for t in reversed(order):
         g = grads.pop(id(t), None)

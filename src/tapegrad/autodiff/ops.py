@@ -9,6 +9,7 @@ from .primitives.elementwise import (  # noqa: F401
     clip,
     cos,
     div,
+    dropout_mask,
     equal,
     exp,
     greater,

@@ -13,6 +13,25 @@ import numpy as np
 from .backend import DEFAULT_DTYPE
 
 
+class _TRACING:
+    """The trace being recorded by ``tapegrad.compile`` (None when not tracing)."""
+
+    active = None
+
+
+def _untraceable(t: Tensor, what: str) -> None:
+    trace = _TRACING.active
+    if trace is not None and trace.is_traced(t):
+        from .plan import TraceError
+
+        raise TraceError(
+            f"{what} of a traced tensor inside a compiled function: its value is only known "
+            f"while tracing, so the plan could not replay this. Return the tensor and use its "
+            f"value outside the compiled function, or compute with tapegrad operations "
+            f"(tg.where instead of if/else)"
+        )
+
+
 def _as_array(data, dtype) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.data
@@ -33,23 +52,25 @@ class Tensor:
     (an ndarray of the same shape and dtype). Only float tensors can require grad.
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "_node", "_retain", "__weakref__")
+    __slots__ = ("data", "_grad", "requires_grad", "_node", "_retain", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
 
     def __init__(self, data, requires_grad: bool = False, dtype=None):
         self.data = _as_array(data, dtype)
         if requires_grad and self.data.dtype.kind != "f":
             raise TypeError(f"only float tensors can require grad, got dtype {self.data.dtype}")
-        self.grad = None
+        self._grad = None
         self.requires_grad = bool(requires_grad)
         self._node = None
         self._retain = False
+        if _TRACING.active is not None:
+            _TRACING.active.made_inside.add(id(self))
 
     @classmethod
     def _make(cls, data: np.ndarray, node, requires_grad: bool) -> Tensor:
         t = object.__new__(cls)
         t.data = data
-        t.grad = None
+        t._grad = None
         t.requires_grad = requires_grad
         t._node = node
         t._retain = False
@@ -67,12 +88,15 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """The value as an ndarray (shared, not copied)."""
+        _untraceable(self, "numpy()")
         return self.data
 
     def item(self) -> float:
+        _untraceable(self, "item()")
         return self.data.item()
 
     def tolist(self):
+        _untraceable(self, "tolist()")
         return self.data.tolist()
 
     def detach(self) -> Tensor:
@@ -92,6 +116,25 @@ class Tensor:
         self._retain = True
         return self
 
+    @property
+    def grad(self):
+        """The accumulated gradient (an ndarray shaped like ``data``), or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        trace = _TRACING.active
+        if trace is not None:
+            if value is not None:
+                from .plan import TraceError
+
+                raise TraceError(
+                    "assigning an array to .grad inside a compiled function cannot "
+                    "be replayed; clear gradients with zero_grad() or .grad = None"
+                )
+            trace.record_call(lambda: setattr(self, "_grad", None))
+        self._grad = value
+
     def zero_grad(self) -> None:
         self.grad = None
 
@@ -102,10 +145,10 @@ class Tensor:
         backward(self, gradient, retain_graph)
 
     def _accumulate(self, g: np.ndarray) -> None:
-        if self.grad is None:
-            self.grad = np.array(g, dtype=self.data.dtype, copy=True)
+        if self._grad is None:
+            self._grad = np.array(g, dtype=self.data.dtype, copy=True)
         else:
-            self.grad += g
+            self._grad += g
 
     def __repr__(self) -> str:
         body = np.array2string(self.data, separator=", ", prefix="tensor(")
@@ -119,15 +162,19 @@ class Tensor:
         return f"tensor({body}{extra})"
 
     def __bool__(self) -> bool:
+        _untraceable(self, "Python truth (if/while/and/or)")
         return bool(self.data)
 
     def __float__(self) -> float:
+        _untraceable(self, "float()")
         return float(self.data)
 
     def __int__(self) -> int:
+        _untraceable(self, "int()")
         return int(self.data)
 
     def __index__(self) -> int:
+        _untraceable(self, "use as an index")
         return self.data.__index__()
 
     __hash__ = object.__hash__

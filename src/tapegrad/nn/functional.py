@@ -77,10 +77,7 @@ def dropout(
     if p == 1.0:
         return x * np.zeros(x.shape, dtype=dtype)
     gen = rng if rng is not None else _init.default_generator()
-    keep = gen.random(x.shape, dtype=np.float32 if dtype == np.float32 else np.float64) >= p
-    mask = keep.astype(dtype)
-    mask *= dtype.type(1.0 / (1.0 - p))
-    return x * mask
+    return x * ops.dropout_mask(x, p=float(p), rng=gen)
 
 
 # -- convolution, pooling, embedding -----------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor, enable_grad
+from ..autodiff.plan import effect
 
 __all__ = ["Optimizer"]
 
@@ -157,6 +158,9 @@ class Optimizer:
     # -- stepping ------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients (``None``), or zero them in place with ``set_to_none=False``."""
+        effect(lambda: self._zero_grad(set_to_none))
+
+    def _zero_grad(self, set_to_none: bool) -> None:
         for group in self.param_groups:
             for p in group["params"]:
                 if set_to_none:
@@ -171,6 +175,10 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        effect(self._step)
+        return loss
+
+    def _step(self) -> None:
         for group, offset in zip(self.param_groups, self._offsets):
             for j, p in enumerate(group["params"]):
                 grad = p.grad
@@ -187,7 +195,6 @@ class Optimizer:
                 if state is None:
                     state = self.state[idx] = self._init_state(data, grad, group)
                 self._update(data, grad, state, group, self._scratch(idx, data))
-        return loss
 
     def _scratch(self, idx: int, data: np.ndarray) -> tuple[np.ndarray, ...]:
         """``_n_scratch`` temporaries shaped like ``data``: views of one buffer per dtype."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import nn
-from ..autodiff import Tensor, no_grad
+from ..autodiff import Tensor, compile, no_grad
 from ..data import Batches
 from .checkpoint import load_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
@@ -52,39 +52,67 @@ class Trainer:
         progress: bool = True,
         log: Callable[[str], None] | None = print,
         alloc_samples: int = 4,
+        mode: str = "compiled",
     ):
         if task not in ("multiclass", "binary"):
             raise ValueError(f"task must be 'multiclass' or 'binary', got {task!r}")
+        if mode not in ("compiled", "eager"):
+            raise ValueError(f"mode must be 'compiled' or 'eager', got {mode!r}")
         self.model, self.optimizer, self.task, self.seed = model, optimizer, task, seed
+        self.mode = mode
         self.progress = progress
         self.log = log or (lambda s: None)
         self.sampler = AllocationSampler(alloc_samples)
         self.records: list[EpochRecord] = []
         self.global_step = 0
+        self._compiled = compile(self._forward_backward) if mode == "compiled" else None
 
     # -- one step ------------------------------------------------------------------------------
-    def loss_and_correct(self, logits: Tensor, y: np.ndarray) -> tuple[Tensor, int]:
+    def loss(self, logits: Tensor, y) -> Tensor:
+        """The task's mean loss; ``y`` as :meth:`targets` prepares it."""
         if self.task == "multiclass":
-            loss = nn.functional.cross_entropy(logits, y)
-            correct = int(np.sum(np.argmax(logits.data, axis=1) == y))
-        else:
-            flat = logits.reshape((-1,))
-            loss = nn.functional.binary_cross_entropy_with_logits(
-                flat, y.astype(logits.dtype, copy=False)
-            )
-            correct = int(np.sum((flat.data > 0) == (y > 0)))
-        return loss, correct
+            return nn.functional.cross_entropy(logits, y)
+        return nn.functional.binary_cross_entropy_with_logits(logits.reshape((-1,)), y)
 
-    def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        """One optimiser step on a batch; returns the batch's mean loss and correct count."""
-        loss, correct = self.loss_and_correct(self.model(Tensor(x)), y)
-        value = loss.item()
-        if not math.isfinite(value):
-            return value, correct  # the caller stops before the update
+    def targets(self, y: np.ndarray, dtype) -> np.ndarray:
+        """Labels as the loss takes them: class ids, or 0/1 floats of the logits' dtype."""
+        return y if self.task == "multiclass" else y.astype(dtype, copy=False)
+
+    def correct(self, logits: np.ndarray, y: np.ndarray) -> int:
+        if self.task == "multiclass":
+            return int(np.sum(np.argmax(logits, axis=1) == y))
+        return int(np.sum((logits.reshape(-1) > 0) == (y > 0)))
+
+    def _forward_backward(self, x, y, training: bool = True):
+        # Traced once per input signature in compiled mode; ``training`` keys each plan to the
+        # module mode it was traced in.
+        logits = self.model(x)
+        loss = self.loss(logits, y)
         self.optimizer.zero_grad()
         loss.backward()
-        self.optimizer.step()
+        return loss, logits
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """One optimiser step on a batch; returns the batch's mean loss and correct count.
+
+        When the loss is not finite the update is skipped and the loss returned, so the caller
+        can stop with the parameters untouched.
+        """
+        yt = self.targets(y, self._float_dtype())
+        if self._compiled is not None:
+            loss, logits = self._compiled(x, yt, self.model.training)
+        else:
+            loss, logits = self._forward_backward(Tensor(x), yt)
+        value = loss.item()
+        correct = self.correct(logits.data, y)
+        if math.isfinite(value):
+            self.optimizer.step()
         return value, correct
+
+    def _float_dtype(self):
+        for p in self.model.parameters():
+            return p.data.dtype
+        return np.float32
 
     def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
         """Mean loss and accuracy over (x, y), in eval mode without recording a graph."""
@@ -95,9 +123,10 @@ class Trainer:
             with no_grad():
                 for lo in range(0, len(x), batch_size):
                     xb, yb = x[lo : lo + batch_size], y[lo : lo + batch_size]
-                    loss, correct = self.loss_and_correct(self.model(Tensor(xb)), yb)
+                    logits = self.model(Tensor(xb))
+                    loss = self.loss(logits, self.targets(yb, logits.dtype))
                     total_loss += loss.item() * len(xb)
-                    total_correct += correct
+                    total_correct += self.correct(logits.data, yb)
         finally:
             self.model.train(was_training)
         n = max(len(x), 1)

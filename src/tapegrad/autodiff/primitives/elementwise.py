@@ -278,6 +278,36 @@ def astype(x, dtype):
     return _astype(x, dtype=np.dtype(dtype))
 
 
+# -- random masks: drawn inside the engine, so compiled plans draw fresh ones on every replay ------
+class _PatternRandom:
+    """A stand-in generator with a fixed, reproducible ``random`` (for the registry samples)."""
+
+    def random(self, shape, dtype=np.float64):
+        n = int(np.prod(shape, dtype=np.int64))
+        return ((np.arange(n) * 0.618034) % 1.0).astype(dtype).reshape(shape)
+
+
+def _dropout_mask(x, p, rng):
+    keep = rng.random(x.shape, dtype=x.dtype if x.dtype == np.float32 else np.float64) >= p
+    mask = keep.astype(x.dtype)
+    mask *= x.dtype.type(1.0 / (1.0 - p))
+    return mask
+
+
+dropout_mask = primitive(
+    "dropout_mask",
+    _dropout_mask,
+    None,
+    reference=lambda x, p, rng: np.where(_PatternRandom().random(x.shape) >= p, 1 / (1 - p), 0.0),
+    samples=lambda rng: [
+        Sample((S.values(rng, s),), {"p": p, "rng": _PatternRandom()})
+        for s, p in [((4, 5), 0.3), ((7,), 0.5)]
+    ],
+    doc="A mask shaped like x: 0 with probability p, else 1/(1-p), drawn from ``rng``. "
+    "Not differentiable (the product with it is).",
+)
+
+
 # -- comparisons: values only, no gradient ------------------------------------------------------
 def _cmp(name, fn):
     return primitive(
