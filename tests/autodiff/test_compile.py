@@ -145,3 +145,57 @@ def test_random_graphs_compiled_equal_eager(ops, reduce, seed):
         assert le.item() == lc.item()
         np.testing.assert_array_equal(ge[0], w.grad)
         np.testing.assert_array_equal(ge[1], b.grad)
+
+
+@pytest.mark.parametrize(
+    "conv,shape",
+    [
+        (lambda: nn.Conv2d(3, 4, 3, stride=2, padding=1), (5, 3, 9, 7)),
+        (lambda: nn.Conv2d(2, 3, (2, 3), padding=(1, 0)), (2, 2, 6, 6)),
+        (lambda: nn.Conv1d(4, 5, 3, padding=2), (3, 4, 11)),
+        (lambda: nn.Conv1d(4, 5, 3, stride=2), (3, 4, 11)),
+    ],
+)
+def test_lowered_convolutions_equal_eager(conv, shape):
+    tg.manual_seed(0)
+    layer = conv()
+    pool = nn.MaxPool2d(2) if len(shape) == 4 else nn.MaxPool1d(3, stride=2)
+    x_grad = tg.tensor(np.zeros(shape, np.float32), requires_grad=True)
+
+    def f(x):
+        loss = (pool(layer(x + x_grad).relu()) ** 2).mean()
+        layer.zero_grad()
+        x_grad.grad = None
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(f)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x = rng.normal(size=shape).astype(np.float32)
+        le = f(tg.tensor(x))
+        expect = [p.grad.copy() for p in layer.parameters()] + [x_grad.grad.copy()]
+        lc = compiled(x)
+        got = [p.grad for p in layer.parameters()] + [x_grad.grad]
+        assert le.item() == lc.item()
+        for a, b in zip(expect, got):
+            np.testing.assert_array_equal(a, b)
+    plan = next(iter(compiled.plans.values()))
+    assert not [e.prim.name for v, e in plan.eq_of.items() if v not in plan.lowered]
+
+
+def test_embedding_index_out_of_range_raises_on_replay():
+    emb = nn.Embedding(10, 4)
+    f = tg.compile(lambda i: emb(i).sum())
+    f(np.array([[1, 2]]))
+    with pytest.raises(IndexError, match="index 12 is out of range for a table of 10 rows"):
+        f(np.array([[1, 12]]))
+
+
+def test_replacing_a_parameter_array_retraces():
+    w = tg.tensor(np.ones(3, np.float32), requires_grad=True)
+    f = tg.compile(lambda x: (x * w).sum())
+    assert f(np.ones(3, np.float32)).item() == 3
+    assert f(np.ones(3, np.float32)).item() == 3
+    w.data = np.full(3, 2, np.float32)  # rebinding (not updating in place) the parameter
+    assert f(np.ones(3, np.float32)).item() == 6

@@ -153,42 +153,88 @@ def _signature(args) -> tuple:
     return tuple(key)
 
 
+class _Stale(Exception):
+    """A parameter's array was replaced since the plan was built: trace again."""
+
+
 class Plan:
-    """A trace turned into something to replay: resolved references and per-equation state."""
+    """A trace turned into a flat program of closures over buffers allocated once.
+
+    Equations with a lowering (see ``lowering.py``) write into persistent buffers or are views
+    of them; the others run their primitive's generic forward and VJP. The backward pass is
+    scheduled when the plan is built: each equation's VJP closures, and for every value that
+    receives gradients from several places, an accumulation buffer.
+    """
 
     def __init__(self, trace: Trace, input_tensors: list[Tensor], outputs):
-        self.events = trace.events
-        self.inputs = input_tensors  # persistent input buffers (their .data is copied into)
-        self.input_vars = list(trace.inputs)
-        self.n_vars = trace.n_vars
-        self.out_spec = outputs
-        self.eq_of: dict[int, Eq] = {e.out: e for e in self.events if isinstance(e, Eq)}
-        self.leaf_grads: dict[int, np.ndarray] = {}  # id(param) -> persistent grad buffer
-        self._check_constants(trace)
-        # the Node each equation's VJP rule runs through, refreshed on every replay
         from .graph import Node
+        from .lowering import lower
 
-        self.nodes: dict[int, Node] = {}
-        for e in self.events:
-            if isinstance(e, Eq) and any(e.needs):
-                self.nodes[e.out] = Node(
-                    e.prim, tuple(True if n else None for n in e.needs), None, None, e.attrs, None
-                )
-        self.vals: list = [None] * self.n_vars
-        self.aux: list = [None] * self.n_vars
+        self.inputs = input_tensors
+        self.out_spec = outputs
+        n = trace.n_vars
+        self.vals: list = [None] * n
+        self.grads: list = [None] * n
+        self.eq_of: dict[int, Eq] = {e.out: e for e in trace.events if isinstance(e, Eq)}
+        self.lowered: dict = {}
+        self.nodes: dict = {}
+        self.ext_arrays: list[tuple[Tensor, np.ndarray]] = []
+        self.leaf_grads: dict[int, np.ndarray] = {}
+        persistent = [False] * n
+        for t, v in zip(input_tensors, trace.inputs):
+            self.vals[v] = t.data
+            persistent[v] = True
+        self.input_vals = [t.data for t in input_tensors]
+        self._check_constants(trace)
+        program: list[Callable] = []
+        for e in trace.events:
+            if isinstance(e, Eq):
+                xs = []
+                for kind, p in e.ins:
+                    if kind == VAR:
+                        xs.append(self.vals[p] if persistent[p] else None)
+                    elif kind == EXT:
+                        xs.append(p.data)
+                    else:
+                        xs.append(p)
+                low = None
+                if all(x is not None for x in xs):
+                    low = lower(e, xs, trace.keep[e.out].data)
+                if low is not None:
+                    self.lowered[e.out] = low
+                    self.vals[e.out] = low.out
+                    persistent[e.out] = True
+                    self.ext_arrays += [(p, p.data) for kind, p in e.ins if kind == EXT]
+                    if low.fwd is not None:
+                        program.append(low.fwd)
+                else:
+                    if any(e.needs):
+                        self.nodes[e.out] = Node(
+                            e.prim,
+                            tuple(True if k else None for k in e.needs),
+                            None,
+                            None,
+                            e.attrs,
+                            None,
+                        )
+                    program.append(self._generic(e))
+            elif isinstance(e, Backward):
+                program.append(self._schedule_backward(e, trace))
+            else:
+                program.append(e.fn)
+        self.program = program
 
     def _check_constants(self, trace: Trace) -> None:
         # An array made from an input outside tapegrad's operations (y.astype(...), np.asarray
         # of .data) would be frozen into the plan: catch the usual case, a copy or cast of an
         # input, by comparing every constant with the inputs.
-        inputs = [t.data for t in self.inputs]
-        for e in self.events:
+        for e in trace.events:
             if not isinstance(e, Eq):
                 continue
             for kind, c in e.ins:
                 if kind != CONST or not isinstance(c, np.ndarray) or c.size < 2:
                     continue
-                for k, x in enumerate(inputs):
+                for k, x in enumerate(self.input_vals):
                     if x.shape == c.shape and np.array_equal(x, c):
                         raise TraceError(
                             f"compile: {e.prim.name} received a constant equal to input {k} "
@@ -198,67 +244,157 @@ class Plan:
                             f"calling the compiled function, or use tapegrad operations"
                         )
 
-    # -- replay ------------------------------------------------------------------------------
-    def _value(self, ref):
-        kind, p = ref
-        if kind == VAR:
-            return self.vals[p]
-        if kind == EXT:
-            return p.data
-        return p
+    # -- building ------------------------------------------------------------------------------
+    def _generic(self, e: Eq) -> Callable:
+        vals, prim, attrs, ins = self.vals, e.prim, e.attrs, e.ins
+        node = self.nodes.get(e.out)
+        out_var = e.out
 
-    def run(self, args):
-        vals, aux = self.vals, self.aux
-        for t, v, a in zip(self.inputs, self.input_vars, (a for a in args if _is_array(a))):
-            np.copyto(t.data, a.data if isinstance(a, Tensor) else a)
-            vals[v] = t.data
-        for e in self.events:
-            if isinstance(e, Eq):
-                arrays = [self._value(r) for r in e.ins]
-                out = e.prim.forward(*arrays, **e.attrs)
-                if e.prim.aux:
-                    out, aux[e.out] = out
-                if type(out) is not np.ndarray:
-                    out = np.asarray(out)
-                vals[e.out] = out
-                node = self.nodes.get(e.out)
-                if node is not None:
-                    node.inputs, node.out, node.aux = arrays, out, aux[e.out]
-            elif isinstance(e, Backward):
-                self._backward(e)
+        def run():
+            arrays = [vals[p] if k == VAR else (p.data if k == EXT else p) for k, p in ins]
+            out = prim.forward(*arrays, **attrs)
+            aux = None
+            if prim.aux:
+                out, aux = out
+            if type(out) is not np.ndarray:
+                out = np.asarray(out)
+            vals[out_var] = out
+            if node is not None:
+                node.inputs, node.out, node.aux = arrays, out, aux
+
+        return run
+
+    def _schedule_backward(self, b: Backward, trace: Trace) -> Callable:
+        grads = self.grads
+        leaf_store: dict[int, np.ndarray | None] = {}
+        # how many contributions each target receives, to give shared ones a buffer
+        counts: dict = {}
+        for kind, p in b.order:
+            if kind == VAR and p in self.eq_of:
+                e = self.eq_of[p]
+                for (rk, rp), need in zip(e.ins, e.needs):
+                    if need:
+                        key = ("v", rp) if rk == VAR else ("e", id(rp))
+                        counts[key] = counts.get(key, 0) + 1
+        acc = {
+            k: np.empty(self._shape_of(k, trace), self._dtype_of(k, trace))
+            for k, c in counts.items()
+            if c > 1
+        }
+
+        def deliver(key, c):
+            kind, ident = key
+            store_get = grads.__getitem__ if kind == "v" else leaf_store.get
+            prev = store_get(ident)
+            if prev is None:
+                buf = acc.get(key)
+                if buf is not None:
+                    np.copyto(buf, c)
+                    c = buf
+                if kind == "v":
+                    grads[ident] = c
+                else:
+                    leaf_store[ident] = c
             else:
-                e.fn()
-        return _unflatten(self.out_spec, self)
+                np.add(prev, c, out=prev)
 
-    def _backward(self, b: Backward) -> None:
-        root = self.vals[b.root]
-        grads: dict = {("v", b.root): np.ones_like(root) if b.gradient is None else b.gradient}
+        steps = []
         for kind, p in b.order:
             if kind == EXT:
-                g = grads.pop(("e", id(p)), None)
-                if g is not None:
-                    self._accumulate_leaf(p, g)
+                steps.append(self._leaf_step(p, leaf_store))
                 continue
-            g = grads.pop(("v", p), None)
-            if g is None:
+            e = self.eq_of.get(p)
+            if e is None or not any(e.needs):
                 continue
-            e = self.eq_of[p]
-            for (rk, rp), need, gi in zip(e.ins, e.needs, self.nodes[p].vjp(g)):
-                if not need or gi is None:
-                    continue
-                key = ("v", rp) if rk == VAR else ("e", id(rp))
-                prev = grads.get(key)
-                grads[key] = gi if prev is None else prev + gi
+            targets = [
+                (i, ("v", rp) if rk == VAR else ("e", id(rp)))
+                for i, ((rk, rp), need) in enumerate(zip(e.ins, e.needs))
+                if need
+            ]
+            low = self.lowered.get(p)
+            if low is not None:
+                rules = [(low.vjps[i], key) for i, key in targets]
 
-    def _accumulate_leaf(self, t: Tensor, g: np.ndarray) -> None:
-        if t._grad is None:
-            buf = self.leaf_grads.get(id(t))
-            if buf is None or buf.shape != t.data.shape:
-                buf = self.leaf_grads[id(t)] = np.empty_like(t.data)
-            np.copyto(buf, g)
-            t._grad = buf
-        else:
-            t._grad += g
+                def step(p=p, rules=rules):
+                    g = grads[p]
+                    grads[p] = None
+                    if g is None:
+                        return
+                    for rule, key in rules:
+                        deliver(key, rule(g))
+            else:
+                node = self.nodes[p]
+
+                def step(p=p, node=node, targets=targets):
+                    g = grads[p]
+                    grads[p] = None
+                    if g is None:
+                        return
+                    gs = node.vjp(g)
+                    for i, key in targets:
+                        if gs[i] is not None:
+                            deliver(key, gs[i])
+
+            steps.append(step)
+
+        root = b.root
+        like = trace.keep[root].data
+        seed = np.ones_like(like) if b.gradient is None else b.gradient
+
+        def backward():
+            grads[root] = seed
+            for step in steps:
+                step()
+
+        return backward
+
+    def _shape_of(self, key, trace):
+        kind, ident = key
+        return trace.keep[ident].data.shape if kind == "v" else self._ext(ident, trace).data.shape
+
+    def _dtype_of(self, key, trace):
+        kind, ident = key
+        return trace.keep[ident].data.dtype if kind == "v" else self._ext(ident, trace).data.dtype
+
+    @staticmethod
+    def _ext(ident, trace):
+        for e in trace.events:
+            if isinstance(e, Eq):
+                for kind, p in e.ins:
+                    if kind == EXT and id(p) == ident:
+                        return p
+        raise KeyError(ident)
+
+    def _leaf_step(self, t: Tensor, leaf_store: dict) -> Callable:
+        buf = self.leaf_grads[id(t)] = np.empty_like(t.data)
+        key = id(t)
+
+        def step():
+            g = leaf_store.pop(key, None)
+            if g is None:
+                return
+            if t._grad is None:
+                np.copyto(buf, g)
+                t._grad = buf
+            else:
+                t._grad += g
+
+        return step
+
+    # -- replay --------------------------------------------------------------------------------
+    def run(self, args):
+        for t, a in self.ext_arrays:
+            if t.data is not a:
+                raise _Stale
+        inputs = iter(self.input_vals)
+        for a in args:
+            if isinstance(a, Tensor):
+                np.copyto(next(inputs), a.data)
+            elif isinstance(a, np.ndarray):
+                np.copyto(next(inputs), a)
+        for step in self.program:
+            step()
+        return _unflatten(self.out_spec, self)
 
 
 def _is_array(a) -> bool:
@@ -304,7 +440,10 @@ class CompiledFunction:
         key = _signature(args)
         plan = self.plans.get(key)
         if plan is not None:
-            return plan.run(args)
+            try:
+                return plan.run(args)
+            except _Stale:
+                del self.plans[key]  # a parameter array was replaced: trace anew
         return self._trace(key, args)
 
     def _trace(self, key, args):

@@ -5,6 +5,12 @@ when numba is not importable. Kernels are cached on disk (``cache=True``), so th
 cost (about a second each) is paid once per machine, not per process.
 """
 
+from .bias import (  # noqa: F401
+    add_channel_bias,
+    add_channel_bias_reference,
+    add_into,
+    add_into_reference,
+)
 from .pool import (  # noqa: F401
     max_pool_backward,
     max_pool_backward_reference,

@@ -93,15 +93,22 @@ def _planes(a: np.ndarray) -> np.ndarray:
     return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
 
 
-def max_pool_forward(x: np.ndarray, kernel: tuple, stride: tuple):
+def pool_arg_dtype(kernel: tuple):
+    return np.uint8 if np.prod(kernel) <= 256 else np.intp
+
+
+def max_pool_forward(x: np.ndarray, kernel: tuple, stride: tuple, out=None, arg=None):
     """Max over windows of (N, C, L) or (N, C, H, W): returns ``(out, arg)``.
 
     ``arg`` (uint8 when windows have at most 256 entries) holds each maximum's offset in its
-    window, row-major, the first one at ties.
+    window, row-major, the first one at ties. ``out`` and ``arg`` may be given (contiguous
+    buffers of the right shape and dtype) to be filled instead of allocated.
     """
     out_shape = tuple((n - k) // s + 1 for n, k, s in zip(x.shape[2:], kernel, stride))
-    out = np.empty(x.shape[:2] + out_shape, dtype=x.dtype)
-    arg = np.empty(out.shape, dtype=np.uint8 if np.prod(kernel) <= 256 else np.intp)
+    if out is None:
+        out = np.empty(x.shape[:2] + out_shape, dtype=x.dtype)
+    if arg is None:
+        arg = np.empty(out.shape, dtype=pool_arg_dtype(kernel))
     k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
     if numba is None:  # pragma: no cover
         max_pool_forward_reference(_planes(x), k2, s2, _planes(out), _planes(arg))
@@ -110,9 +117,15 @@ def max_pool_forward(x: np.ndarray, kernel: tuple, stride: tuple):
     return out, arg
 
 
-def max_pool_backward(g: np.ndarray, arg: np.ndarray, x_shape: tuple, kernel: tuple, stride: tuple):
-    """Gradient of :func:`max_pool_forward` w.r.t. its input, of shape ``x_shape``."""
-    gx = np.zeros(x_shape, dtype=g.dtype)
+def max_pool_backward(
+    g: np.ndarray, arg: np.ndarray, x_shape: tuple, kernel: tuple, stride: tuple, gx=None
+):
+    """Gradient of :func:`max_pool_forward` w.r.t. its input, of shape ``x_shape`` (written into
+    ``gx`` when given, a contiguous buffer)."""
+    if gx is None:
+        gx = np.zeros(x_shape, dtype=g.dtype)
+    else:
+        gx.fill(0)
     k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
     if numba is None:  # pragma: no cover
         max_pool_backward_reference(_planes(g), _planes(arg), k2, s2, _planes(gx))

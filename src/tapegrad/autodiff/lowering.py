@@ -1,0 +1,570 @@
+"""Buffer-aware kernels for compiled plans: each primitive's forward and VJP rules rewritten to
+write into buffers allocated once, so that replaying a plan allocates (almost) nothing.
+
+A lowering receives the equation, its input arrays (all persistent: plan inputs, parameters,
+constants, or outputs of other lowered equations) and the traced output (for shape and dtype),
+and returns a :class:`Lowered`: the output array (a buffer, or a view of an input that stays
+valid because inputs never move), a forward closure that refills it (None for views), and one
+VJP closure per input that maps an output gradient to that input's gradient, written into a
+buffer of its own. Each closure performs the same NumPy operations in the same order as the
+primitive's eager rule, so compiled results match eager ones bit for bit. A primitive without a
+lowering, or a case a lowering declines (returns None), runs through the generic path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .kernels import add_channel_bias, add_into, scatter_add_rows
+
+
+class Lowered:
+    __slots__ = ("out", "fwd", "vjps")
+
+    def __init__(self, out: np.ndarray, fwd: Callable | None, vjps: list):
+        self.out, self.fwd, self.vjps = out, fwd, vjps
+
+
+LOWERINGS: dict[str, Callable] = {}
+
+
+def lowering(*names: str):
+    def register(fn):
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+
+    return register
+
+
+def _view_of(v: np.ndarray, base: np.ndarray) -> bool:
+    return v.size == 0 or np.shares_memory(v, base)
+
+
+def make_unbroadcast(gshape: tuple, shape: tuple, dtype) -> Callable:
+    """A closure summing a gradient of ``gshape`` down to ``shape`` into fixed buffers, in the
+    same steps as :func:`backend.unbroadcast`."""
+    if gshape == shape:
+        return lambda g: g
+    extra = len(gshape) - len(shape)
+    lead = tuple(range(extra))
+    mid_shape = gshape[extra:]
+    buf1 = np.empty(mid_shape, dtype) if extra else None
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and mid_shape[i] != 1)
+    buf2 = (
+        np.empty(tuple(1 if i in axes else n for i, n in enumerate(mid_shape)), dtype)
+        if axes
+        else None
+    )
+
+    def unbroadcast(g):
+        if extra:
+            g = np.sum(g, axis=lead, out=buf1)
+        if axes:
+            g = np.sum(g, axis=axes, keepdims=True, out=buf2)
+        return g.reshape(shape)
+
+    return unbroadcast
+
+
+# -- views ---------------------------------------------------------------------------------------
+@lowering("reshape")
+def _reshape(eq, xs, like):
+    (x,) = xs
+    shape = x.shape
+    out = x.reshape(eq.attrs["shape"])
+    if _view_of(out, x):
+        return Lowered(out, None, [lambda g: g.reshape(shape)])
+    # x is a non-contiguous view: copy it into a buffer each replay (no temporary), and hand
+    # out views of that buffer
+    buf = np.empty(like.shape, like.dtype)
+    as_x = buf.reshape(shape)
+    return Lowered(buf, lambda: np.copyto(as_x, x), [lambda g: g.reshape(shape)])
+
+
+@lowering("permute")
+def _permute(eq, xs, like):
+    (x,) = xs
+    axes = eq.attrs["axes"]
+    inv = np.argsort(axes)
+    return Lowered(np.transpose(x, axes), None, [lambda g: np.transpose(g, inv)])
+
+
+@lowering("broadcast_to")
+def _broadcast_to(eq, xs, like):
+    (x,) = xs
+    return Lowered(
+        np.broadcast_to(x, eq.attrs["shape"]),
+        None,
+        [make_unbroadcast(like.shape, x.shape, like.dtype)],
+    )
+
+
+@lowering("getitem")
+def _getitem(eq, xs, like):
+    (x,) = xs
+    index = eq.attrs["index"]
+    parts = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(p, np.ndarray) for p in parts):
+        return None  # advanced indexing copies: generic path
+    gx = np.empty(x.shape, like.dtype)
+
+    def vjp(g):
+        gx.fill(0)
+        gx[index] = g
+        return gx
+
+    return Lowered(x[index], None, [vjp])
+
+
+# -- elementwise ---------------------------------------------------------------------------------
+def _buf(like):
+    return np.empty(like.shape, like.dtype)
+
+
+def channel_view(shape: tuple, b_shape: tuple) -> tuple | None:
+    """(P, Q, R) if an operand of ``b_shape`` broadcast to ``shape`` varies along one axis only
+    (a bias: per feature or per channel), else None."""
+    b = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
+    varying = [i for i, n in enumerate(b) if n != 1]
+    if len(varying) != 1 or b[varying[0]] != shape[varying[0]]:
+        return None
+    q = varying[0]
+    return (
+        int(np.prod(shape[:q], dtype=np.int64)),
+        shape[q],
+        int(np.prod(shape[q + 1 :], dtype=np.int64)),
+    )
+
+
+@lowering("add", "sub", "mul", "div")
+def _binary(eq, xs, like):
+    x, y = xs
+    name = eq.prim.name
+    out = _buf(like)
+    if name == "add" and x.shape == like.shape and x.flags.c_contiguous and y.ndim <= x.ndim:
+        pqr = channel_view(like.shape, y.shape)
+        if pqr is not None:  # a bias add: a compiled loop, no iterator buffer
+            x3, out3, yflat = x.reshape(pqr), out.reshape(pqr), y.reshape(-1)
+            ub_y = make_unbroadcast(like.shape, y.shape, like.dtype)
+            return Lowered(
+                out, lambda: add_channel_bias(x3, yflat, out3), [lambda g: g, lambda g: ub_y(g)]
+            )
+    ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[name]
+    ub = [make_unbroadcast(like.shape, a.shape, like.dtype) for a in (x, y)]
+    full = [_buf(like), _buf(like)]
+
+    def fwd():
+        ufunc(x, y, out=out)
+
+    if name == "add":
+        vjps = [lambda g: ub[0](g), lambda g: ub[1](g)]
+    elif name == "sub":
+        vjps = [lambda g: ub[0](g), lambda g: ub[1](np.negative(g, out=full[1]))]
+    elif name == "mul":
+        vjps = [
+            lambda g: ub[0](np.multiply(g, y, out=full[0])),
+            lambda g: ub[1](np.multiply(g, x, out=full[1])),
+        ]
+    else:
+
+        def vjp_y(g):
+            t = np.negative(g, out=full[1])
+            np.multiply(t, out, out=t)
+            return ub[1](np.divide(t, y, out=t))
+
+        vjps = [lambda g: ub[0](np.divide(g, y, out=full[0])), vjp_y]
+    return Lowered(out, fwd, vjps)
+
+
+@lowering("pow")
+def _pow(eq, xs, like):
+    x, y = xs
+    out = _buf(like)
+    full, full2 = _buf(like), _buf(like)
+    ym1 = np.empty(y.shape, like.dtype)
+    safe_x = np.empty(x.shape, like.dtype)
+    ub = [make_unbroadcast(like.shape, a.shape, like.dtype) for a in (x, y)]
+
+    def vjp_x(g):  # g * y * x ** (y - 1), in the eager rule's order
+        np.multiply(g, y, out=full)
+        np.subtract(y, 1, out=ym1)
+        np.power(x, ym1, out=full2)
+        return ub[0](np.multiply(full, full2, out=full))
+
+    def vjp_y(g):  # g * out * log(x where x > 0 else 1)
+        np.multiply(g, out, out=full2)
+        np.copyto(safe_x, x)
+        safe_x[x <= 0] = 1
+        np.log(safe_x, out=safe_x)
+        return ub[1](np.multiply(full2, safe_x, out=full2))
+
+    return Lowered(out, lambda: np.power(x, y, out=out), [vjp_x, vjp_y])
+
+
+@lowering("neg", "exp", "tanh", "relu", "sigmoid")
+def _unary(eq, xs, like):
+    (x,) = xs
+    name = eq.prim.name
+    out, gx, tmp = _buf(like), _buf(like), _buf(like)
+    if name == "neg":
+        return Lowered(out, lambda: np.negative(x, out=out), [lambda g: np.negative(g, out=gx)])
+    if name == "exp":
+        return Lowered(out, lambda: np.exp(x, out=out), [lambda g: np.multiply(g, out, out=gx)])
+    if name == "tanh":
+
+        def vjp(g):
+            np.multiply(out, out, out=tmp)
+            np.subtract(1, tmp, out=tmp)
+            return np.multiply(g, tmp, out=gx)
+
+        return Lowered(out, lambda: np.tanh(x, out=out), [vjp])
+    if name == "relu":
+        # the mask in the float dtype: 0.0/1.0 multiply exactly like the eager bool mask, and
+        # the product needs no casting buffer
+        mask = np.empty(like.shape, like.dtype)
+        zero = np.zeros((), like.dtype)
+
+        def vjp(g):
+            np.greater(x, 0, out=mask)
+            return np.multiply(g, mask, out=gx)
+
+        return Lowered(out, lambda: np.maximum(x, zero, out=out), [vjp])
+
+    def fwd():  # sigmoid, as 0.5 * (1 + tanh(x / 2)) like the eager forward
+        np.multiply(x, 0.5, out=out)
+        np.tanh(out, out=out)
+        np.add(out, 1, out=out)
+        np.multiply(out, 0.5, out=out)
+
+    def vjp(g):
+        np.multiply(g, out, out=gx)
+        np.subtract(1, out, out=tmp)
+        return np.multiply(gx, tmp, out=gx)
+
+    return Lowered(out, fwd, [vjp])
+
+
+# -- reductions ------------------------------------------------------------------------------------
+@lowering("sum", "mean")
+def _sum_mean(eq, xs, like):
+    (x,) = xs
+    axis, keepdims = eq.attrs["axis"], eq.attrs["keepdims"]
+    out = _buf(like)
+    kshape = tuple(1 if i in axis else n for i, n in enumerate(x.shape))
+    shape = x.shape
+    if eq.prim.name == "sum":
+        return Lowered(
+            out,
+            lambda: np.sum(x, axis=axis, keepdims=keepdims, out=out),
+            [lambda g: np.broadcast_to(g.reshape(kshape), shape)],
+        )
+    count = max(int(np.prod([x.shape[a] for a in axis], dtype=np.int64)), 1)
+    gbuf = _buf(like)
+    return Lowered(
+        out,
+        lambda: np.mean(x, axis=axis, keepdims=keepdims, out=out),
+        [lambda g: np.broadcast_to(np.divide(g, count, out=gbuf).reshape(kshape), shape)],
+    )
+
+
+# -- linear algebra ------------------------------------------------------------------------------
+@lowering("matmul")
+def _matmul(eq, xs, like):
+    a, b = xs
+    if a.ndim < 2 or b.ndim != 2:
+        return None  # 1-d operands and batched right operands: generic path
+    out = _buf(like)
+    ga = np.empty(a.shape, like.dtype)
+    bt = b.T
+    at = np.swapaxes(a, -1, -2)
+    if a.ndim == 2:
+        gb = np.empty(b.shape, like.dtype)
+        vjp_b = lambda g: np.matmul(at, g, out=gb)  # noqa: E731
+    else:  # batch dims broadcast against a matrix: sum the per-batch products, as eager does
+        tmp = np.empty(a.shape[:-2] + b.shape, like.dtype)
+        gb = np.empty(b.shape, like.dtype)
+        lead = tuple(range(a.ndim - 2))
+
+        def vjp_b(g):
+            np.matmul(at, g, out=tmp)
+            return np.sum(tmp, axis=lead, out=gb)
+
+    return Lowered(
+        out, lambda: np.matmul(a, b, out=out), [lambda g: np.matmul(g, bt, out=ga), vjp_b]
+    )
+
+
+# -- neural-network primitives ---------------------------------------------------------------
+@lowering("embedding")
+def _embedding(eq, xs, like):
+    weight, indices = xs
+    out = _buf(like)
+    gw = np.empty(weight.shape, like.dtype)
+    flat_idx = indices.reshape(-1)
+    if not _view_of(flat_idx, indices):
+        return None
+    v, d = weight.shape
+    gbuf = np.empty(like.shape, like.dtype)
+    g2 = gbuf.reshape(-1, d)
+    idx = np.empty(indices.shape, np.intp)  # np.take converts other index types per call
+
+    def fwd():
+        # np.take buffers its output in mode="raise"; check the range here and take with "wrap"
+        if flat_idx.size and (flat_idx.min() < 0 or flat_idx.max() >= v):
+            bad = flat_idx[(flat_idx < 0) | (flat_idx >= v)][0]
+            raise IndexError(f"embedding: index {bad} is out of range for a table of {v} rows")
+        np.copyto(idx, indices)
+        np.take(weight, idx, axis=0, out=out, mode="wrap")
+
+    flat_intp = idx.reshape(-1)
+
+    def vjp(g):
+        np.copyto(gbuf, g)  # g may be a transposed view; the scatter wants rows
+        gw.fill(0)
+        scatter_add_rows(gw, flat_intp, g2)
+        return gw
+
+    return Lowered(out, fwd, [vjp, None])
+
+
+@lowering("stack", "concatenate")
+def _join(eq, xs, like):
+    axis = eq.attrs["axis"]
+    out = _buf(like)
+    if eq.prim.name == "stack":
+        fwd = lambda: np.stack(xs, axis=axis, out=out)  # noqa: E731
+        lead = (slice(None),) * axis
+        vjps = [lambda g, i=i: g[lead + (i,)] for i in range(len(xs))]
+    else:
+        fwd = lambda: np.concatenate(xs, axis=axis, out=out)  # noqa: E731
+        bounds = np.cumsum([x.shape[axis] for x in xs])
+        lead = (slice(None),) * axis
+        vjps = [
+            lambda g, lo=lo, hi=hi: g[lead + (slice(lo, hi),)]
+            for lo, hi in zip([0, *bounds[:-1]], bounds)
+        ]
+    return Lowered(out, fwd, vjps)
+
+
+@lowering("max_pool1d", "max_pool2d")
+def _max_pool(eq, xs, like):
+    from .kernels.pool import max_pool_backward, max_pool_forward, pool_arg_dtype
+
+    (x,) = xs
+    if not x.flags.c_contiguous:
+        return None
+    kernel, stride = eq.attrs["kernel"], eq.attrs["stride"]
+    out = _buf(like)
+    arg = np.empty(like.shape, pool_arg_dtype(kernel))
+    gx = np.empty(x.shape, like.dtype)
+    return Lowered(
+        out,
+        lambda: max_pool_forward(x, kernel, stride, out=out, arg=arg),
+        [lambda g: max_pool_backward(np.ascontiguousarray(g), arg, x.shape, kernel, stride, gx=gx)],
+    )
+
+
+@lowering("softmax_cross_entropy")
+def _cross_entropy(eq, xs, like):
+    logits, target = xs
+    if eq.attrs["reduction"] != "mean" or target.dtype.kind not in "iu" or logits.ndim != 2:
+        return None
+    n, c = logits.shape
+    dt = logits.dtype
+    m, s = np.empty((n, 1), dt), np.empty((n, 1), dt)
+    z, p = np.empty((n, c), dt), np.empty((n, c), dt)
+    picked, loss = np.empty((n, 1), dt), np.empty(n, dt)
+    out = _buf(like)
+    rows = np.arange(n)
+    col = target.reshape(n, 1)
+    gx = np.empty((n, c), dt)
+    k = np.empty((), dt)
+    count = max(n, 1)
+
+    def fwd():  # the eager forward's steps, into buffers
+        np.max(logits, axis=1, keepdims=True, out=m)
+        np.subtract(logits, m, out=z)
+        np.exp(z, out=p)
+        np.sum(p, axis=1, keepdims=True, out=s)
+        np.divide(p, s, out=p)
+        np.log(s, out=s)  # s now holds the log-sum-exp of z
+        np.copyto(picked, np.take_along_axis(z, col, axis=1))
+        np.subtract(s[:, 0], picked[:, 0], out=loss)
+        out[...] = np.sum(loss) / count
+
+    def vjp(g):
+        np.copyto(gx, p)
+        gx[rows, target] -= 1
+        np.divide(g, count, out=k)
+        np.multiply(gx, k, out=gx)
+        return gx
+
+    return Lowered(out, fwd, [vjp, None])
+
+
+@lowering("bce_with_logits")
+def _bce(eq, xs, like):
+    logits, target = xs
+    if eq.attrs["reduction"] != "mean" or eq.needs[1]:
+        return None
+    dt = logits.dtype
+    e, loss, tmp, sig = (np.empty(logits.shape, dt) for _ in range(4))
+    out = _buf(like)
+    gx = np.empty(logits.shape, dt)
+    k = np.empty((), dt)
+    count = max(logits.size, 1)
+
+    def fwd():
+        np.abs(logits, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.maximum(logits, 0, out=loss)
+        np.multiply(logits, target, out=tmp)
+        np.subtract(loss, tmp, out=loss)
+        np.log1p(e, out=tmp)
+        np.add(loss, tmp, out=loss)
+        np.copyto(sig, np.where(logits >= 0, 1, e))
+        np.add(e, 1, out=tmp)
+        np.divide(sig, tmp, out=sig)
+        out[...] = np.sum(loss) / count
+
+    def vjp(g):
+        np.subtract(sig, target, out=gx)
+        np.divide(g, count, out=k)
+        return np.multiply(gx, k, out=gx)
+
+    return Lowered(out, fwd, [vjp, None])
+
+
+@lowering("conv1d", "conv2d")
+def _conv(eq, xs, like):
+    from .primitives.nn import _offset_slices, _shifted
+
+    x, w, *bias = xs
+    stride, padding = eq.attrs["stride"], eq.attrs["padding"]
+    dt = like.dtype
+    n, o = like.shape[:2]
+    out = _buf(like)
+    if any(padding):
+        xp = np.zeros(x.shape[:2] + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding)), dt)
+        interior = xp[
+            (slice(None), slice(None))
+            + tuple(slice(p, p + s) for p, s in zip(padding, x.shape[2:]))
+        ]
+        pad = lambda: np.copyto(interior, x)  # noqa: E731
+    else:
+        xp, interior, pad = x, x, None
+    ksize = w.shape[2:]
+    vjps: list = [None, None] + [None] * len(bias)
+    if bias:
+        b = bias[0]
+        out3 = out.reshape(n, o, -1)
+        gb = np.empty(b.shape, dt)
+        baxes = (0,) + tuple(range(2, like.ndim))
+        vjps[2] = lambda g: np.sum(g, axis=baxes, out=gb)
+    if _shifted(x, w, stride):
+        length = like.shape[2]
+        tmp = np.empty(like.shape, dt)
+        taps = [xp[:, :, k : k + length] for k in range(ksize[0])]
+        # contiguous copies of the weight's taps (refreshed each call: the weight is updated in
+        # place), so the matmuls get BLAS operands without copying them per call
+        wk = [np.empty(w.shape[:2], dt) for _ in range(ksize[0])]
+
+        def fwd():
+            for k in range(len(wk)):
+                np.copyto(wk[k], w[:, :, k])
+            if pad:
+                pad()
+            np.matmul(wk[0], taps[0], out=out)
+            for k in range(1, len(taps)):
+                np.add(out, np.matmul(wk[k], taps[k], out=tmp), out=out)
+            if bias:
+                add_channel_bias(out3, b, out3)
+
+        gxp = np.zeros(xp.shape, dt)
+        gxtmp = np.empty((n, x.shape[1], length), dt)
+        gx_view = gxp[:, :, padding[0] : padding[0] + x.shape[2]] if padding[0] else gxp
+
+        def vjp_x(g):
+            gxp.fill(0)
+            for k in range(len(taps)):
+                add_into(gxp[:, :, k : k + length], np.matmul(wk[k].T, g, out=gxtmp))
+            return gx_view
+
+        gw = np.empty(w.shape, dt)
+        gwtmp = np.empty((n, o, x.shape[1]), dt)
+
+        def vjp_w(g):
+            for k in range(len(taps)):
+                np.sum(np.matmul(g, taps[k].transpose(0, 2, 1), out=gwtmp), axis=0, out=gw[:, :, k])
+            return gw
+
+        vjps[0], vjps[1] = vjp_x, vjp_w
+        return Lowered(out, fwd, vjps)
+
+    from numpy.lib.stride_tricks import as_strided
+
+    out_sp = like.shape[2:]
+    sp = xp.strides[2:]
+    window = as_strided(
+        xp,
+        shape=x.shape[:2] + ksize + out_sp,
+        strides=xp.strides[:2] + sp + tuple(a * s for a, s in zip(sp, stride)),
+        writeable=False,
+    )
+    ck = x.shape[1] * int(np.prod(ksize))
+    cols = np.empty((n, ck, int(np.prod(out_sp))), dt)
+    cols_as_window = cols.reshape(window.shape)
+    w2 = w.reshape(o, -1)
+    out3 = out.reshape(n, o, -1)
+
+    def fwd():
+        if pad:
+            pad()
+        np.copyto(cols_as_window, window)
+        np.matmul(w2, cols, out=out3)
+        if bias:
+            add_channel_bias(out3, b, out3)
+
+    gcols = np.empty(cols.shape, dt)
+    gxp = np.zeros(xp.shape, dt)
+    gc = gcols.reshape((n, x.shape[1]) + ksize + out_sp)
+    offsets = list(np.ndindex(*ksize))
+    w2t = w2.T
+    gx_view = gxp[
+        (slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in zip(padding, x.shape[2:]))
+    ]
+
+    def vjp_x(g):
+        np.matmul(w2t, g.reshape(n, o, -1), out=gcols)
+        gxp.fill(0)
+        for offs in offsets:
+            view = gxp[_offset_slices(offs, stride, out_sp)]
+            np.add(view, gc[(slice(None), slice(None)) + offs], out=view)
+        return gx_view
+
+    gwtmp = np.empty((n, o, ck), dt)
+    gw = np.empty(w.shape, dt)
+    gw2 = gw.reshape(o, ck)
+    cols_t = cols.transpose(0, 2, 1)
+
+    def vjp_w(g):
+        np.matmul(g.reshape(n, o, -1), cols_t, out=gwtmp)
+        np.sum(gwtmp, axis=0, out=gw2)
+        return gw
+
+    vjps[0], vjps[1] = vjp_x, vjp_w
+    return Lowered(out, fwd, vjps)
+
+
+def lower(eq, xs, like) -> Lowered | None:
+    """The buffer-aware form of ``eq``, or None to keep it on the generic path."""
+    fn = LOWERINGS.get(eq.prim.name)
+    if fn is None:
+        return None
+    if any(not isinstance(x, np.ndarray) for x in xs):
+        return None
+    return fn(eq, xs, like)
