@@ -568,3 +568,34 @@ def lower(eq, xs, like) -> Lowered | None:
     if any(not isinstance(x, np.ndarray) for x in xs):
         return None
     return fn(eq, xs, like)
+
+
+def lower_relu_max_pool(pool_eq, x: np.ndarray, like: np.ndarray) -> Lowered | None:
+    """ReLU then max pooling as one fused kernel each way (see ``kernels/fused.py``)."""
+    from .kernels import relu_max_pool_backward, relu_max_pool_forward
+    from .kernels.pool import pool_arg_dtype
+
+    if not x.flags.c_contiguous or x.ndim not in (3, 4):
+        return None
+    kernel, stride = pool_eq.attrs["kernel"], pool_eq.attrs["stride"]
+    k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
+    planes = (-1,) + ((1,) if x.ndim == 3 else ()) + x.shape[2:]
+    out = _buf(like)
+    arg = np.empty(like.shape, pool_arg_dtype(kernel))
+    gx = np.empty(x.shape, like.dtype)
+    xp, outp, argp, gxp = (
+        a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:]) for a in (x, out, arg, gx)
+    )
+    assert xp.shape == x.reshape(planes).shape
+    gbuf = _buf(like)
+    gp = gbuf.reshape(outp.shape)
+
+    def fwd():
+        relu_max_pool_forward(xp, k2[0], k2[1], s2[0], s2[1], outp, argp)
+
+    def vjp(g):
+        np.copyto(gbuf, g)
+        relu_max_pool_backward(gp, outp, argp, k2[1], s2[0], s2[1], gxp)
+        return gx
+
+    return Lowered(out, fwd, [vjp])

@@ -167,8 +167,6 @@ class Plan:
     """
 
     def __init__(self, trace: Trace, input_tensors: list[Tensor], outputs):
-        from .graph import Node
-        from .lowering import lower
 
         self.inputs = input_tensors
         self.out_spec = outputs
@@ -186,43 +184,108 @@ class Plan:
             persistent[v] = True
         self.input_vals = [t.data for t in input_tensors]
         self._check_constants(trace)
+        fusable = self._fusable_relus(trace)
+        deferred: dict[int, Eq] = {}
         program: list[Callable] = []
         for e in trace.events:
+            if isinstance(e, Eq) and e.out in fusable:
+                deferred[e.out] = e  # emitted with the max-pool that consumes it
+                continue
+            if isinstance(e, Eq) and e.ins and e.ins[0][0] == VAR and e.ins[0][1] in deferred:
+                relu = deferred.pop(e.ins[0][1])
+                if self._fuse_relu_pool(relu, e, trace, persistent, program):
+                    continue
+                self._emit(relu, trace, persistent, program)  # the fused kernel declined
             if isinstance(e, Eq):
-                xs = []
-                for kind, p in e.ins:
-                    if kind == VAR:
-                        xs.append(self.vals[p] if persistent[p] else None)
-                    elif kind == EXT:
-                        xs.append(p.data)
-                    else:
-                        xs.append(p)
-                low = None
-                if all(x is not None for x in xs):
-                    low = lower(e, xs, trace.keep[e.out].data)
-                if low is not None:
-                    self.lowered[e.out] = low
-                    self.vals[e.out] = low.out
-                    persistent[e.out] = True
-                    self.ext_arrays += [(p, p.data) for kind, p in e.ins if kind == EXT]
-                    if low.fwd is not None:
-                        program.append(low.fwd)
-                else:
-                    if any(e.needs):
-                        self.nodes[e.out] = Node(
-                            e.prim,
-                            tuple(True if k else None for k in e.needs),
-                            None,
-                            None,
-                            e.attrs,
-                            None,
-                        )
-                    program.append(self._generic(e))
+                self._emit(e, trace, persistent, program)
             elif isinstance(e, Backward):
                 program.append(self._schedule_backward(e, trace))
             else:
                 program.append(e.fn)
         self.program = program
+
+    def _fusable_relus(self, trace: Trace) -> set[int]:
+        """ReLU outputs read by exactly one max-pool and nothing else (not even as a result)."""
+        uses: dict[int, int] = {}
+        for e in trace.events:
+            if isinstance(e, Eq):
+                for kind, p in e.ins:
+                    if kind == VAR:
+                        uses[p] = uses.get(p, 0) + 1
+            elif isinstance(e, Backward):
+                uses[e.root] = uses.get(e.root, 0) + 1
+        for v in _spec_vars(self.out_spec):
+            uses[v] = uses.get(v, 0) + 1
+        out = set()
+        for e in trace.events:
+            if (
+                isinstance(e, Eq)
+                and e.prim.name in ("max_pool1d", "max_pool2d")
+                and e.ins[0][0] == VAR
+            ):
+                src = self.eq_of.get(e.ins[0][1])
+                if src is not None and src.prim.name == "relu" and uses.get(src.out) == 1:
+                    out.add(src.out)
+        return out
+
+    def _fuse_relu_pool(self, relu: Eq, pool: Eq, trace, persistent, program) -> bool:
+        from .lowering import lower_relu_max_pool
+
+        kind, p = relu.ins[0]
+        x = (
+            (self.vals[p] if persistent[p] else None)
+            if kind == VAR
+            else (p.data if kind == EXT else p)
+        )
+        if x is None:
+            return False
+        low = lower_relu_max_pool(pool, x, trace.keep[pool.out].data)
+        if low is None:
+            return False
+        fused = Eq(pool.prim, relu.ins, pool.attrs, pool.out, relu.needs)
+        self.eq_of[pool.out] = fused
+        del self.eq_of[relu.out]
+        self.lowered[pool.out] = low
+        self.vals[pool.out] = low.out
+        persistent[pool.out] = True
+        if kind == EXT:
+            self.ext_arrays.append((p, p.data))
+        program.append(low.fwd)
+        return True
+
+    def _emit(self, e: Eq, trace, persistent, program) -> None:
+        from .graph import Node
+        from .lowering import lower
+
+        xs = []
+        for kind, p in e.ins:
+            if kind == VAR:
+                xs.append(self.vals[p] if persistent[p] else None)
+            elif kind == EXT:
+                xs.append(p.data)
+            else:
+                xs.append(p)
+        low = None
+        if all(x is not None for x in xs):
+            low = lower(e, xs, trace.keep[e.out].data)
+        if low is not None:
+            self.lowered[e.out] = low
+            self.vals[e.out] = low.out
+            persistent[e.out] = True
+            self.ext_arrays += [(p, p.data) for kind, p in e.ins if kind == EXT]
+            if low.fwd is not None:
+                program.append(low.fwd)
+        else:
+            if any(e.needs):
+                self.nodes[e.out] = Node(
+                    e.prim,
+                    tuple(True if k else None for k in e.needs),
+                    None,
+                    None,
+                    e.attrs,
+                    None,
+                )
+            program.append(self._generic(e))
 
     def _check_constants(self, trace: Trace) -> None:
         # An array made from an input outside tapegrad's operations (y.astype(...), np.asarray
@@ -395,6 +458,18 @@ class Plan:
         for step in self.program:
             step()
         return _unflatten(self.out_spec, self)
+
+
+def _spec_vars(spec):
+    kind = spec[0]
+    if kind == "var":
+        yield spec[1]
+    elif kind == "seq":
+        for s in spec[2]:
+            yield from _spec_vars(s)
+    elif kind == "dict":
+        for s in spec[1].values():
+            yield from _spec_vars(s)
 
 
 def _is_array(a) -> bool:

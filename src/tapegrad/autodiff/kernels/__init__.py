@@ -11,6 +11,12 @@ from .bias import (  # noqa: F401
     add_into,
     add_into_reference,
 )
+from .fused import (  # noqa: F401
+    relu_max_pool_backward,
+    relu_max_pool_backward_reference,
+    relu_max_pool_forward,
+    relu_max_pool_forward_reference,
+)
 from .pool import (  # noqa: F401
     max_pool_backward,
     max_pool_backward_reference,

@@ -1,0 +1,86 @@
+"""Fused kernels: ReLU followed by max pooling, in one pass each way.
+
+Forward: each window's maximum of ``relu(x)`` and where it sits. Because ReLU keeps the order
+of positive values, the maximum of ``relu(x)`` is ``max(x)`` when that is positive (at the first
+position holding it), and 0 otherwise, where no gradient flows (ReLU's derivative is 0 at every
+entry of such a window). Backward: add each output gradient at its window's position when the
+output is positive. These are exactly the values the separate ReLU and max-pool rules give;
+the fused loop reads the input once instead of three times and runs over planes in parallel.
+Windows are (kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d pooling uses H = 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .pool import max_pool_backward_reference, max_pool_forward_reference
+
+
+def relu_max_pool_forward_reference(x, kernel, stride, out, arg) -> None:
+    max_pool_forward_reference(np.maximum(x, 0), kernel, stride, out, arg)
+
+
+def relu_max_pool_backward_reference(g, out, arg, kernel, stride, gx) -> None:
+    gx.fill(0)
+    max_pool_backward_reference(np.where(out > 0, g, 0), arg, kernel, stride, gx)
+
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+if numba is not None:
+
+    @numba.njit(cache=True, boundscheck=False, nogil=True, parallel=True)
+    def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg):  # pragma: no cover - compiled
+        oh, ow = out.shape[1], out.shape[2]
+        for m in numba.prange(x.shape[0]):
+            for i in range(oh):
+                for j in range(ow):
+                    h0 = i * sh
+                    w0 = j * sw
+                    best = x[m, h0, w0]
+                    bi = 0
+                    nan = False
+                    for a in range(kh):
+                        for b in range(kw):
+                            v = x[m, h0 + a, w0 + b]
+                            nan |= v != v
+                            gt = v > best
+                            best = v if gt else best
+                            bi = (a * kw + b) if gt else bi
+                    if nan:
+                        for q in range(kh * kw):
+                            v = x[m, h0 + q // kw, w0 + q % kw]
+                            if v != v:
+                                best = v
+                                bi = q
+                                break
+                    elif best <= 0:
+                        best = 0
+                        bi = 0
+                    out[m, i, j] = best
+                    arg[m, i, j] = bi
+
+    @numba.njit(cache=True, boundscheck=False, nogil=True, parallel=True)
+    def relu_max_pool_backward(g, out, arg, kw, sh, sw, gx):  # pragma: no cover - compiled
+        oh, ow = g.shape[1], g.shape[2]
+        for m in numba.prange(g.shape[0]):
+            for a in range(gx.shape[1]):
+                for b in range(gx.shape[2]):
+                    gx[m, a, b] = 0
+            for i in range(oh):
+                for j in range(ow):
+                    if out[m, i, j] > 0:
+                        q = arg[m, i, j]
+                        gx[m, i * sh + q // kw, j * sw + q % kw] += g[m, i, j]
+
+else:  # pragma: no cover
+
+    def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg):
+        relu_max_pool_forward_reference(x, (kh, kw), (sh, sw), out, arg)
+
+    def relu_max_pool_backward(g, out, arg, kw, sh, sw, gx):
+        kh = gx.shape[1] - (g.shape[1] - 1) * sh
+        relu_max_pool_backward_reference(g, out, arg, (kh, kw), (sh, sw), gx)
