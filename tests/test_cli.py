@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tapegrad.cli import main
@@ -82,6 +83,7 @@ def test_train_prints_table_writes_results_and_evaluate_reads_the_model(
     assert len(rows) == 1 and rows[0].rstrip().endswith("%")
     result = json.loads(out_json.read_text())
     assert result["preset"] == "mlp" and result["global_steps"] == 120
+    assert result["mode"] == "compiled"
     epoch = result["epochs"][0]
     assert epoch["steps"] == 120 and epoch["first"] is True
     assert epoch["test_accuracy"] > 0.85  # 120 Adam steps of the MLP already reach ~90%
@@ -109,3 +111,31 @@ def test_info_lists_versions_and_datasets(real_data, capsys):
     out = capsys.readouterr().out
     assert "numpy" in out and "numba" in out and "datasets:" in out
     assert str(real_data) in out
+
+
+def test_eager_flag_trains_the_same_model(real_data, tmp_path, capsys):
+    files = []
+    for flags in ([], ["--eager"]):
+        out = tmp_path / f"r{len(files)}.safetensors"
+        assert (
+            main(
+                [
+                    "train",
+                    "seed-rnn",
+                    "--max-steps",
+                    "30",
+                    "--data-dir",
+                    str(real_data),
+                    "--save",
+                    str(out),
+                    *flags,
+                ]
+            )
+            == 0
+        )
+        files.append(out)
+    import tapegrad as tg
+
+    a, b = (tg.load(f) for f in files)
+    for k in a:  # compiled and eager runs end with bit-identical weights
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)

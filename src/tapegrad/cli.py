@@ -67,7 +67,13 @@ def cmd_train(args) -> int:
         f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}, batch "
         f"{batch_size}, {epochs} epochs, seed {args.seed}"
     )
-    trainer = Trainer(model, exp.optimizer, preset.task, seed=args.seed)
+    trainer = Trainer(
+        model,
+        exp.optimizer,
+        preset.task,
+        seed=args.seed,
+        mode="eager" if args.eager else "compiled",
+    )
     records = trainer.fit(
         ds.train,
         ds.test,
@@ -88,6 +94,7 @@ def cmd_train(args) -> int:
         "max_steps": args.max_steps,
         "parameters": int(n_params),
         "global_steps": trainer.global_step,
+        "mode": trainer.mode,
         "versions": versions(),
     }
     if args.json:
@@ -204,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--plot", help="plot loss, accuracy, time and memory per epoch to this PNG")
     t.add_argument("--save", help="write the final weights here (safetensors)")
     t.add_argument("--checkpoint-dir", help="save a checkpoint here after each epoch")
+    t.add_argument(
+        "--eager",
+        action="store_true",
+        help="run every step eagerly instead of replaying a compiled plan",
+    )
     t.add_argument(
         "--resume",
         action="store_true",
