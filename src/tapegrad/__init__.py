@@ -12,11 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from .autodiff import (
+    AnomalyError,
     DTypeError,
     GradcheckError,
     GraphError,
     ShapeError,
     Tensor,
+    detect_anomaly,
     enable_grad,
     grad,
     gradcheck,
@@ -67,6 +69,9 @@ __all__ = [
     "ShapeError",
     "DTypeError",
     "GraphError",
+    "detect_anomaly",
+    "AnomalyError",
+    "manual_seed",
     "nn",
     "optim",
     "data",

@@ -1,6 +1,7 @@
 """The autodiff engine: tensors, primitives, the backward pass. Knows nothing of neural nets."""
 
 from . import primitives  # noqa: F401  (registers every primitive)
+from .anomaly import AnomalyError, detect_anomaly, is_anomaly_enabled  # noqa: F401
 from .errors import DTypeError, GraphError, ShapeError  # noqa: F401
 from .functional import grad, value_and_grad, vjp  # noqa: F401
 from .gradcheck import GradcheckError, GradcheckReport, gradcheck  # noqa: F401

@@ -17,6 +17,7 @@ import contextlib
 
 import numpy as np
 
+from . import anomaly
 from .backend import DEFAULT_DTYPE, unbroadcast
 from .errors import DTypeError, GraphError, ShapeError
 from .primitives import registry
@@ -55,9 +56,9 @@ def enable_grad():
 class Node:
     """How a tensor was made: enough to run its VJP rules once (or more with retain_graph)."""
 
-    __slots__ = ("prim", "parents", "inputs", "out", "attrs", "aux", "released")
+    __slots__ = ("prim", "parents", "inputs", "out", "attrs", "aux", "released", "site")
 
-    def __init__(self, prim, parents, inputs, out, attrs, aux):
+    def __init__(self, prim, parents, inputs, out, attrs, aux, site=None):
         self.prim = prim
         self.parents = parents
         self.inputs = inputs
@@ -65,6 +66,7 @@ class Node:
         self.attrs = attrs
         self.aux = aux
         self.released = False
+        self.site = site  # "file:line" of the call, recorded in anomaly mode only
 
     def vjp(self, g: np.ndarray) -> list:
         prim, parents, inputs, attrs = self.prim, self.parents, self.inputs, self.attrs
@@ -153,6 +155,10 @@ def apply(prim, *args, **attrs) -> Tensor:
         out, aux = out
     if type(out) is not np.ndarray:
         out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
+    site = None
+    if anomaly._Mode.enabled:
+        site = anomaly.call_site()
+        anomaly.check_forward(prim, arrays, out, site)
     if _GradMode.enabled and prim.differentiable:
         mask = prim.diff_mask
         parents = []
@@ -164,7 +170,7 @@ def apply(prim, *args, **attrs) -> Tensor:
             else:
                 parents.append(None)
         if record:
-            node = Node(prim, tuple(parents), arrays, out, attrs, aux)
+            node = Node(prim, tuple(parents), arrays, out, attrs, aux, site)
             return Tensor._make(out, node, True)
     return Tensor._make(out, None, False)
 
@@ -232,7 +238,10 @@ def backward(root: Tensor, gradient=None, retain_graph: bool = False) -> None:
         if t._retain and g is not None:
             t._accumulate(g)
         if g is not None:
-            for p, gp in zip(node.parents, node.vjp(g)):
+            input_grads = node.vjp(g)
+            if anomaly._Mode.enabled:
+                anomaly.check_backward(node, g, input_grads)
+            for p, gp in zip(node.parents, input_grads):
                 if p is None or gp is None:
                     continue
                 k = id(p)
