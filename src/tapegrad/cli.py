@@ -193,7 +193,7 @@ def cmd_bench(args) -> int:
             peers,
             epochs=args.epochs,
             steps=args.steps,
-            repeats=args.repeats or 3,
+            repeats=3 if args.repeats is None else args.repeats,
             threads=args.threads,
             data_dir=args.data_dir,
             seed=args.seed,
@@ -231,8 +231,16 @@ def _bench_micro(args) -> int:
         from .bench import micro
     except ImportError as e:
         raise UserError(f"the micro-benchmarks are not available in this build ({e})") from None
-    frameworks = _split(args.vs, "torch,jax,autograd")
-    result = micro.run(frameworks, repeats=args.repeats or 7, quick=args.quick)
+    frameworks = ["tapegrad", *_split(args.vs, "torch,jax,autograd")]
+    try:
+        result = micro.run(
+            frameworks,
+            repeats=7 if args.repeats is None else args.repeats,
+            quick=args.quick,
+            threads=args.threads or 1,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
     result["command"] = "tapegrad bench " + " ".join(args.argv)
     print(micro.markdown(result))
     if args.json:
@@ -297,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     length.add_argument("--epochs", type=int, help="epochs per run (default: the preset's)")
     length.add_argument("--steps", type=int, help="optimiser steps per run instead of epochs")
     b.add_argument("--repeats", type=int, help="runs per framework (default 3; micro 7)")
-    b.add_argument("--threads", type=int, help="threads for every framework (default: all CPUs)")
+    b.add_argument(
+        "--threads", type=int, help="threads for every framework (default: all CPUs; micro 1)"
+    )
     b.add_argument("--json", help="write the full results as JSON here")
     b.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")
     b.add_argument("--seed", type=int, default=0)

@@ -3,7 +3,8 @@
 The parent process (this module) builds the preset once with
 :func:`tapegrad.train.experiment.setup`, exports its initial weights (safetensors, via
 ``save_arrays``) and the dataset arrays (``.npy``) to a temporary folder, and starts one worker
-process per framework and repeat (``python -m tapegrad.bench.worker``), alternating the
+process per framework and repeat (:mod:`tapegrad.bench.worker`, started by a bootstrap that
+pins the CPUs before NumPy loads), alternating the
 frameworks A B C A B C ... so slow drift of a shared machine hits all alike. Each worker is
 pinned to the same CPUs and thread count. The parent then summarises, checks the frameworks
 agree (:func:`check_agreement`: a fast wrong answer can never win), and prints the table with
@@ -103,19 +104,24 @@ def thread_env(threads: int) -> dict[str, str]:
     return env
 
 
+# The worker's first statements: pin the CPUs before NumPy (and its BLAS threads) load.
+_BOOT = (
+    "import os, sys\n"
+    "cpus = [int(c) for c in os.environ['TAPEGRAD_BENCH_CPUS'].split(',')]\n"
+    "if hasattr(os, 'sched_setaffinity'): os.sched_setaffinity(0, cpus)\n"
+    "from tapegrad.bench.worker import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
 def run_worker(framework: str, spec: dict, spec_path: Path, timeout: float | None = None) -> dict:
     """Run one worker process pinned to ``spec['threads']`` CPUs; return its JSON result."""
     threads = int(spec["threads"])
-    cpus = available_cpus()[:threads]
-
-    def pin():  # runs in the child before Python starts: every thread it makes inherits it
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, cpus)
-
+    env = thread_env(threads)
+    env["TAPEGRAD_BENCH_CPUS"] = ",".join(str(c) for c in available_cpus()[:threads])
     proc = subprocess.run(
-        [sys.executable, "-m", "tapegrad.bench.worker", framework, str(spec_path)],
-        env=thread_env(threads),
-        preexec_fn=pin,
+        [sys.executable, "-c", _BOOT, framework, str(spec_path)],
+        env=env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -50,7 +50,8 @@ def workload_table(result: dict) -> str:
         + f", {result['repeats']} repeats, {result['threads']} thread(s).",
         "",
         f"| framework | first {unit} | steady {unit}: median [min - max] | steady step | "
-        f"peak RSS | alloc/epoch | train loss | test acc | tapegrad time / this |",
+        "peak RSS (before training) | alloc/epoch | train loss | test acc | "
+        "tapegrad time / this |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for fw, s in result["summary"].items():
@@ -58,7 +59,8 @@ def workload_table(result: dict) -> str:
         lines.append(
             f"| {fw} ({s['mode']}) | {_s(s['first']['median'])} | {_spread(s['steady'])} | "
             f"{_s(s['steady_step']['median']) if s['steady_step'] else 'n/a'} | "
-            f"{s['peak_rss'] / 2**20:.0f} MiB | {_bytes(s['alloc_per_epoch'])} | "
+            f"{s['peak_rss'] / 2**20:.0f} MiB ({s['rss_before_training'] / 2**20:.0f}) | "
+            f"{_bytes(s['alloc_per_epoch'])} | "
             f"{s['final_loss']:.4f} | {100 * s['test_accuracy']:.2f}% | {ratio} |"
         )
     key = "epoch_seconds" if unit == "epoch" else "step_seconds"
@@ -142,8 +144,9 @@ def markdown(
         "only (batch gather, forward, backward, update, loss read back).",
         "- *tapegrad time / this*: tapegrad's steady epoch over the framework's, repeat by "
         "repeat (adjacent runs), median [min-max]; above 1 means tapegrad is slower.",
-        "- *peak RSS*: the worker's maximum resident set (dataset, framework, training, "
-        "evaluation). *alloc/epoch*: the step's working memory (high-water mark of bytes "
+        "- *peak RSS*: the worker's maximum resident set (`VmHWM`: dataset, framework, training, "
+        "evaluation); in brackets its RSS just before the first step (imports and data). "
+        "*alloc/epoch*: the step's working memory (high-water mark of bytes "
         "allocated during a step above what was live before it; median of 4 steps sampled "
         "mid-epoch, measured after training) times the steps per epoch, the Trainer's "
         "definition. Each framework's method:",
@@ -215,7 +218,9 @@ def charts(results: list[dict], folder: str | Path) -> list[Path]:
         ax.axhline(floor, color="red", ls="--", lw=1, label="FLOP floor")
         ax.set_ylabel(f"seconds per {unit}")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Time per epoch: steady median (bars, min-max), first epoch (black tick), floor (red)")
+    fig.suptitle(
+        "Time per epoch: steady median (bars, min-max), first epoch (black tick), floor (red)"
+    )
     fig.tight_layout()
     out.append(folder / "time_per_epoch.png")
     fig.savefig(out[-1], dpi=110)
