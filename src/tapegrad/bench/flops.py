@@ -133,17 +133,22 @@ def count_flops(model: nn.Module, sample: np.ndarray) -> FlopCount:
     return count
 
 
-def gemm_rate(n: int = 2048, runs: int = 9) -> float:
-    """This machine's float32 matrix-multiply rate in FLOP/s: median of ``runs`` timed
-    ``np.matmul`` calls on ``n x n`` matrices (``2 n^3`` FLOPs each), after one warm-up."""
+def gemm_samples(n: int = 2048, runs: int = 9) -> list[float]:
+    """Rates in FLOP/s of ``runs`` timed ``np.matmul`` calls on float32 ``n x n`` matrices
+    (``2 n^3`` FLOPs each), after one warm-up call."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
     out = np.empty((n, n), dtype=np.float32)
     np.matmul(a, b, out=out)
-    times = []
+    rates = []
     for _ in range(runs):
         t0 = time.perf_counter()
         np.matmul(a, b, out=out)
-        times.append(time.perf_counter() - t0)
-    return 2.0 * n**3 / statistics.median(times)
+        rates.append(2.0 * n**3 / (time.perf_counter() - t0))
+    return rates
+
+
+def gemm_rate(n: int = 2048, runs: int = 9) -> float:
+    """This machine's float32 matrix-multiply rate in FLOP/s: the median of :func:`gemm_samples`."""
+    return statistics.median(gemm_samples(n, runs))

@@ -154,7 +154,8 @@ def markdown(
         "- *Floor*: training FLOPs per epoch counted from the architecture "
         "(`tapegrad/bench/flops.py`: conv/linear/recurrent multiply-adds, forward + weight "
         "gradients + input gradients where needed, 2 FLOPs each) over this machine's float32 "
-        "GEMM rate (median of 9 `np.matmul` 2048x2048 under the same threads).",
+        "GEMM rate (median of 9 `np.matmul` 2048x2048 before each repeat, pooled, under the "
+        "same threads).",
         "- *Guard*: the run fails (exit 4) if a peer's first-step loss differs from tapegrad's "
         "by more than 1e-5 relative, or its final test accuracy by more than 1.5 points.",
         "",

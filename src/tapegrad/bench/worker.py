@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -162,9 +163,10 @@ def run(framework: str, spec: dict) -> dict:
 
 
 def gemm(spec: dict) -> dict:
-    from .flops import gemm_rate
+    from .flops import gemm_samples
 
-    return {"framework": "gemm", "flops_per_second": gemm_rate(spec.get("gemm_n", 2048))}
+    rates = gemm_samples(spec.get("gemm_n", 2048))
+    return {"framework": "gemm", "flops_per_second": statistics.median(rates), "samples": rates}
 
 
 def pin_threads(threads: int) -> None:
