@@ -39,6 +39,16 @@ THREADS_NOTE = (
 )
 
 
+CAVEATS = (
+    "Caveats: the three *alloc/epoch* instruments (tracemalloc for tapegrad, torch.profiler's "
+    "tensor timeline for PyTorch, XLA's static buffer assignment for JAX) aim at the same "
+    "quantity but are not the same tool: compare them as magnitudes, not to the percent. "
+    "Other jobs shared this machine while it ran, so absolute times are slower than on a quiet "
+    "machine (seed-cnn's tapegrad epoch takes about 2 s alone, see README.md); every framework "
+    "saw the same conditions, alternating, which is what the ratios rest on."
+)
+
+
 def run(cmd: list[str]) -> int:
     print("$ " + " ".join(cmd), flush=True)
     env = dict(os.environ)
@@ -91,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             micro_md = None
     charts(results, FIGURES)
     note = THREADS_NOTE.format(threads=results[0]["threads"])
-    text = markdown(results, micro, micro_md, commands, notes=[note])
+    text = markdown(results, micro, micro_md, commands, notes=[note, CAVEATS])
     (ROOT / "BENCHMARKS.md").write_text(text)
     print(f"wrote {ROOT / 'BENCHMARKS.md'} and {FIGURES}/*.png")
     if failed:

@@ -91,7 +91,7 @@ def _methods(results: list[dict]) -> list[str]:
         for fw, s in r["summary"].items():
             seen.setdefault(fw, (s["alloc_method"], s["notes"], s["versions"]))
     return [
-        f"- **{fw}**: {notes}; allocation: {method}." for fw, (method, notes, _) in seen.items()
+        f"  - **{fw}**: {notes}; allocation: {method}." for fw, (method, notes, _) in seen.items()
     ]
 
 
@@ -160,8 +160,8 @@ def markdown(
         "by more than 1e-5 relative, or its final test accuracy by more than 1.5 points.",
         "",
     ]
-    if notes:
-        lines += [*notes, ""]
+    for note in notes or []:
+        lines += [note, ""]
     if commands:
         lines += ["Commands run (by `benchmarks/run_all.py`):", "", "```bash", *commands, "```", ""]
     lines += [
