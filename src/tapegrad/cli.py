@@ -1,7 +1,8 @@
-"""The ``tapegrad`` command: train | evaluate | info.
+"""The ``tapegrad`` command: train | evaluate | info | bench.
 
 User mistakes (unknown preset or option, missing or corrupt data, bad model file) end with a
-one-line message on stderr and exit status 2, never a traceback. A diverged run exits with 3.
+one-line message on stderr and exit status 2, never a traceback. A diverged run exits with 3;
+a benchmark whose frameworks disagree (different first-step losses or accuracies) with 4.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 import numpy as np
 
-EXIT_USAGE, EXIT_DIVERGED = 2, 3
+EXIT_USAGE, EXIT_DIVERGED, EXIT_MISMATCH = 2, 3, 4
 
 
 class UserError(Exception):
@@ -186,6 +187,74 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    """Run a seed workload (or the micro-benchmarks) with tapegrad and its peers side by side."""
+    if args.workload == "micro":
+        return _bench_micro(args)
+    from .bench import BenchError, format_table, run_benchmark
+
+    peers = _split(args.vs, "torch,jax")
+    try:
+        result = run_benchmark(
+            args.workload,
+            peers,
+            epochs=args.epochs,
+            steps=args.steps,
+            repeats=3 if args.repeats is None else args.repeats,
+            threads=args.threads,
+            data_dir=args.data_dir,
+            seed=args.seed,
+            mode=args.mode,
+            perturb_peer=args.perturb_peer,
+        )
+    except BenchError as e:
+        raise UserError(str(e)) from None
+    result["command"] = "tapegrad bench " + " ".join(args.argv)
+    print(format_table(result))
+    if args.json:
+        _write_json(args.json, result)
+    if not result["guard"]["passed"]:
+        for failure in result["guard"]["failures"]:
+            print(f"tapegrad bench: frameworks disagree: {failure}", file=sys.stderr)
+        return EXIT_MISMATCH
+    return 0
+
+
+def _split(value: str | None, default: str) -> list[str]:
+    return [v.strip() for v in (value or default).split(",") if v.strip()]
+
+
+def _write_json(path: str, result: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(f"wrote {path}")
+
+
+def _bench_micro(args) -> int:
+    try:
+        from .bench import micro
+    except ImportError as e:
+        raise UserError(f"the micro-benchmarks are not available in this build ({e})") from None
+    frameworks = ["tapegrad", *_split(args.vs, "torch,jax,autograd")]
+    try:
+        result = micro.run(
+            frameworks,
+            repeats=7 if args.repeats is None else args.repeats,
+            quick=args.quick,
+            threads=args.threads or 1,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    result["command"] = "tapegrad bench " + " ".join(args.argv)
+    print(micro.markdown(result))
+    if args.json:
+        _write_json(args.json, result)
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .models import PRESETS
@@ -193,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tapegrad", description="Train and evaluate the seed papers' models with tapegrad."
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{train,evaluate,info}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{train,evaluate,info,bench}")
 
     t = sub.add_parser("train", help="train a preset and print its per-epoch table")
     t.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
@@ -232,6 +301,32 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="versions, threads, and where each dataset was found")
     i.add_argument("--data-dir")
     i.set_defaults(func=cmd_info)
+
+    from .bench.harness import WORKLOADS
+
+    b = sub.add_parser(
+        "bench",
+        help="time a workload against PyTorch and JAX (same weights, batches, threads)",
+        description="Train WORKLOAD with tapegrad and each peer in its own process, alternating, "
+        "from the same initial weights and batch order; print time, memory and accuracy side "
+        "by side with the FLOP floor. Exits 4 if the frameworks disagree.",
+    )
+    b.add_argument("workload", choices=[*WORKLOADS, "micro"])
+    b.add_argument("--vs", help="peers, comma-separated (default torch,jax; micro adds autograd)")
+    length = b.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, help="epochs per run (default: the preset's)")
+    length.add_argument("--steps", type=int, help="optimiser steps per run instead of epochs")
+    b.add_argument("--repeats", type=int, help="runs per framework (default 3; micro 7)")
+    b.add_argument(
+        "--threads", type=int, help="threads for every framework (default: all CPUs; micro 1)"
+    )
+    b.add_argument("--json", help="write the full results as JSON here")
+    b.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--mode", choices=("eager",), default="eager", help="tapegrad's execution mode")
+    b.add_argument("--quick", action="store_true", help="micro: small sizes, for a smoke test")
+    b.add_argument("--perturb-peer", action="store_true", help=argparse.SUPPRESS)
+    b.set_defaults(func=cmd_bench)
     return p
 
 
@@ -242,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits 2 with a one-line usage error itself
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:
         return args.func(args)
     except (UserError, DatasetError, ModelFileError, FileNotFoundError) as e:

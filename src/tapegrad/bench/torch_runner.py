@@ -1,0 +1,163 @@
+"""PyTorch's side of a benchmark: the preset's architecture as an eager ``nn.Module``, trained
+with ``torch.optim`` the way a PyTorch user writes it. Parameter names match tapegrad's (the
+recurrent layer's carry torch's ``_l0`` suffix), so tapegrad's exported weights load 1:1."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class _Reshape(nn.Module):
+    def __init__(self, *shape: int):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class _Permute(nn.Module):
+    def __init__(self, *dims: int):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return x.permute(*self.dims)
+
+
+class _SeedRNN(nn.Module):
+    def __init__(self, steps: int = 4, hidden: int = 64, classes: int = 10):
+        super().__init__()
+        self.steps = steps
+        self.rnn = nn.RNN(784 // steps, hidden, nonlinearity="tanh", batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        _, h = self.rnn(x.reshape(x.shape[0], self.steps, -1))
+        return self.head(h[0])
+
+
+def build(preset: str, weights: dict[str, np.ndarray]) -> nn.Module:
+    """The preset's architecture in PyTorch, shaped after the exported weights."""
+    if preset == "seed-cnn":
+        return nn.Sequential(
+            _Reshape(1, 28, 28),
+            nn.Conv2d(1, 6, 3, bias=False),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(6 * 13 * 13, 84, bias=False),
+            nn.ReLU(),
+            nn.Linear(84, 10, bias=False),
+        )
+    if preset == "seed-rnn":
+        return _SeedRNN()
+    if preset in ("text-cnn", "text-cnn-learned"):
+        vocab, dim = weights["0.weight"].shape
+        return nn.Sequential(
+            nn.Embedding(vocab, dim),
+            _Permute(0, 2, 1),
+            nn.Conv1d(dim, 8, 3),
+            nn.ReLU(),
+            nn.MaxPool1d(8),
+            nn.Flatten(),
+            nn.Linear(weights["6.weight"].shape[1], 1),
+        )
+    if preset == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    raise ValueError(f"torch runner: no architecture for preset {preset!r}")
+
+
+def load_tapegrad_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """Copy tapegrad's state dict in; torch's ``weight_ih_l0`` is tapegrad's ``weight_ih``."""
+    state = {}
+    for name in model.state_dict():
+        source = name[:-3] if name.endswith("_l0") else name
+        state[name] = torch.from_numpy(np.ascontiguousarray(weights[source]))
+    extra = set(weights) - {n[:-3] if n.endswith("_l0") else n for n in state}
+    if extra:
+        raise ValueError(f"torch runner: tapegrad weights {sorted(extra)} have no place")
+    model.load_state_dict(state, strict=True)
+
+
+class TorchRunner:
+    mode = "eager"
+
+    def __init__(self, spec: dict, weights: dict[str, np.ndarray]):
+        torch.set_num_threads(int(spec["threads"]))
+        self.model = build(spec["preset"], weights)
+        load_tapegrad_weights(self.model, weights)
+        params = self.model.parameters()
+        if spec["optimizer"] == "adam":
+            self.opt = torch.optim.Adam(params, lr=spec["lr"])
+        elif spec["optimizer"] == "sgd":
+            self.opt = torch.optim.SGD(params, lr=spec["lr"])
+        else:
+            raise ValueError(f"torch runner: optimizer {spec['optimizer']!r} not wired")
+        self.binary = spec["task"] == "binary"
+        self.model.train()
+        self.notes = f"PyTorch eager, torch.optim.{type(self.opt).__name__}"
+
+    def _loss(self, logits, y):
+        if self.binary:
+            return F.binary_cross_entropy_with_logits(logits.reshape(-1), y.to(logits.dtype))
+        return F.cross_entropy(logits, y)
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        self.opt.zero_grad()
+        loss = self._loss(self.model(torch.from_numpy(x)), torch.from_numpy(y))
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        self.model.eval()
+        total, correct = 0.0, 0
+        with torch.inference_mode():
+            for lo in range(0, len(x), 1000):
+                xb, yb = torch.from_numpy(x[lo : lo + 1000]), torch.from_numpy(y[lo : lo + 1000])
+                logits = self.model(xb)
+                total += self._loss(logits, yb).item() * len(yb)
+                if self.binary:
+                    correct += int(((logits.reshape(-1) > 0) == (yb > 0)).sum())
+                else:
+                    correct += int((logits.argmax(1) == yb).sum())
+        self.model.train()
+        return total / len(x), correct / len(x)
+
+    def allocated(self, x: np.ndarray, y: np.ndarray) -> tuple[int | None, str]:
+        """Working memory of one step, from torch.profiler's tensor timeline: the high-water
+        mark of bytes allocated during the step minus those of them freed (tracemalloc's
+        semantics: freeing tensors that existed before the step does not count)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            with profile(
+                activities=[ProfilerActivity.CPU],
+                profile_memory=True,
+                record_shapes=True,
+                with_stack=True,
+            ) as prof:
+                self.step(x, y)
+            timeline = prof._memory_profile().timeline  # (time, action, (key, version), bytes)
+        except Exception as e:  # a private API: say so rather than guess
+            return None, f"n/a: torch.profiler memory timeline unavailable ({e})"
+        live = peak = 0
+        created = set()
+        for _, action, (key, _version), nbytes in sorted(timeline, key=lambda r: r[0]):
+            if action.name == "CREATE":
+                created.add(key)
+                live += nbytes
+                peak = max(peak, live)
+            elif action.name == "DESTROY" and key in created:
+                live -= nbytes
+        return (
+            peak,
+            "torch.profiler tensor timeline: high-water mark of bytes allocated in the step",
+        )
+
+    def versions(self) -> dict:
+        return {"torch": torch.__version__}

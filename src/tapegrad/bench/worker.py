@@ -1,0 +1,199 @@
+"""One framework's benchmark run, in its own process: ``python -m tapegrad.bench.worker
+FRAMEWORK SPEC.json`` prints one JSON line with what it measured.
+
+Every framework goes through the same loop (:func:`run`): the batches are the ones
+``tapegrad.data.Batches`` yields for each epoch (the same NumPy gather for everyone), each step
+is ``runner.step(x, y) -> loss`` (forward, backward, optimiser update, loss read back to Python
+so asynchronous frameworks finish the step), timed with ``perf_counter``. After training the
+runner evaluates the test set, and only then measures allocation on a few steps (the ones the
+Trainer's :class:`~tapegrad.train.measure.AllocationSampler` would sample in the middle of an
+epoch), so measuring never touches the timed epochs or the reported accuracy.
+
+``FRAMEWORK`` is ``tapegrad``, ``torch``, ``jax`` or ``gemm`` (this machine's float32
+matrix-multiply rate, for the floor). Threads are pinned by the parent (CPU affinity and the
+BLAS/OpenMP environment) and again here through each framework's own setting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from ..data import Batches
+from ..train.measure import AllocationSampler, peak_rss_bytes
+
+
+def _current_rss() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # pragma: no cover - psutil is a dependency
+        return None
+
+
+def peak_rss() -> int:
+    """This process's peak resident set: ``VmHWM`` of /proc/self/status where there is one.
+
+    Not ``getrusage``'s ``ru_maxrss`` alone: Linux carries the parent's high-water mark into a
+    forked child's ``ru_maxrss`` across ``exec``, so a worker started by a parent holding the
+    dataset would report the parent's size. ``VmHWM`` belongs to this process's own memory.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return peak_rss_bytes()  # pragma: no cover - not Linux
+
+
+def load_data(spec: dict) -> dict[str, np.ndarray]:
+    """The exported train/test arrays, read fully into memory (every framework alike)."""
+    return {k: np.load(spec["data"][k]) for k in ("train_x", "train_y", "test_x", "test_y")}
+
+
+def load_weights(spec: dict) -> dict[str, np.ndarray]:
+    """The initial weights tapegrad exported (name -> float32 array, tapegrad/torch names)."""
+    from ..serialization import load_arrays
+
+    arrays, _ = load_arrays(spec["weights"])
+    if spec.get("perturb"):
+        # Testing only: a peer that starts from different weights must trip the guard.
+        first = next(iter(arrays))
+        arrays[first] = (arrays[first] * np.float32(1.01)).astype(np.float32)
+    return arrays
+
+
+def make_runner(framework: str, spec: dict, weights: dict):
+    if framework == "tapegrad":
+        from .tapegrad_runner import TapegradRunner
+
+        return TapegradRunner(spec, weights)
+    if framework == "torch":
+        from .torch_runner import TorchRunner
+
+        return TorchRunner(spec, weights)
+    if framework == "jax":
+        from .jax_runner import JaxRunner
+
+        return JaxRunner(spec, weights)
+    raise ValueError(f"unknown framework {framework!r}; choose tapegrad, torch or jax")
+
+
+def run(framework: str, spec: dict) -> dict:
+    """Train as ``spec`` says with ``framework``; return the measurements as a JSON-able dict."""
+    arrays = load_data(spec)
+    runner = make_runner(framework, spec, load_weights(spec))
+    x, y = arrays["train_x"], arrays["train_y"]
+    batches = Batches(x, y, spec["batch_size"], shuffle=True, seed=spec["seed"])
+    n_batches = len(batches)
+    steps_limit = spec.get("steps")
+    epochs = -(-steps_limit // n_batches) if steps_limit else spec["epochs"]
+    rss_before = _current_rss()
+
+    epoch_seconds, epoch_losses, step_seconds = [], [], []
+    first_loss = None
+    done = 0
+    for epoch in range(1, epochs + 1):
+        total, seen = 0.0, 0
+        t_epoch = time.perf_counter()
+        for xb, yb in batches.epoch(epoch):
+            t0 = time.perf_counter()
+            loss = runner.step(xb, yb)
+            step_seconds.append(time.perf_counter() - t0)
+            if first_loss is None:
+                first_loss = loss
+            if not math.isfinite(loss):
+                raise RuntimeError(f"{framework}: loss became {loss} at epoch {epoch}")
+            total += loss * len(yb)
+            seen += len(yb)
+            done += 1
+            if steps_limit and done >= steps_limit:
+                break
+        epoch_seconds.append(time.perf_counter() - t_epoch)
+        epoch_losses.append(total / max(seen, 1))
+
+    t0 = time.perf_counter()
+    test_loss, test_acc = runner.evaluate(arrays["test_x"], arrays["test_y"])
+    eval_seconds = time.perf_counter() - t0
+    peak_after_training = peak_rss()
+
+    # Allocation, after everything reported above: the Trainer's sampled steps of epoch 1.
+    sampler = AllocationSampler(spec.get("alloc_samples", 4))
+    sampler.start_epoch(n_batches, 0)
+    per_step, method = [], None
+    for i, (xb, yb) in enumerate(batches.epoch(1)):
+        if sampler.wants(i):
+            nbytes, method = runner.allocated(xb, yb)
+            if nbytes is not None:
+                per_step.append(int(nbytes))
+    alloc_step = int(np.median(per_step)) if per_step else None
+
+    return {
+        "framework": framework,
+        "mode": spec.get("mode", "eager") if framework == "tapegrad" else runner.mode,
+        "versions": runner.versions(),
+        "threads": spec["threads"],
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "batches_per_epoch": n_batches,
+        "steps": done,
+        "epoch_seconds": epoch_seconds,
+        "step_seconds": step_seconds,
+        "epoch_losses": epoch_losses,
+        "first_loss": first_loss,
+        "final_loss": epoch_losses[-1],
+        "test_loss": test_loss,
+        "test_accuracy": test_acc,
+        "eval_seconds": eval_seconds,
+        "rss_before_training": rss_before,
+        "peak_rss": peak_after_training,
+        "alloc_per_step": alloc_step,
+        "alloc_per_epoch": None if alloc_step is None else alloc_step * n_batches,
+        "alloc_method": method,
+        "notes": runner.notes,
+    }
+
+
+def gemm(spec: dict) -> dict:
+    from .flops import gemm_samples
+
+    rates = gemm_samples(spec.get("gemm_n", 2048))
+    return {"framework": "gemm", "flops_per_second": statistics.median(rates), "samples": rates}
+
+
+def pin_threads(threads: int) -> None:
+    """Pin this process's numerical libraries to ``threads`` threads (numba here; the
+    runners set their own framework's)."""
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except Exception:  # pragma: no cover - numba is a dependency
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m tapegrad.bench.worker FRAMEWORK SPEC.json", file=sys.stderr)
+        return 2
+    framework, spec_path = argv
+    with open(spec_path) as f:
+        spec = json.load(f)
+    pin_threads(int(spec["threads"]))
+    result = gemm(spec) if framework == "gemm" else run(framework, spec)
+    result["pid"] = os.getpid()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
