@@ -323,7 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", help="write the full results as JSON here")
     b.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--mode", choices=("eager",), default="eager", help="tapegrad's execution mode")
+    b.add_argument(
+        "--mode",
+        choices=("compiled", "eager"),
+        default="compiled",
+        help="tapegrad's execution mode (default compiled)",
+    )
+    b.add_argument(
+        "--eager", dest="mode", action="store_const", const="eager", help="same as --mode eager"
+    )
     b.add_argument("--quick", action="store_true", help="micro: small sizes, for a smoke test")
     b.add_argument("--perturb-peer", action="store_true", help=argparse.SUPPRESS)
     b.set_defaults(func=cmd_bench)

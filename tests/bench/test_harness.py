@@ -169,7 +169,7 @@ def test_smoke_run_reports_every_field(smoke):
         assert 0 <= s["test_accuracy"] <= 1 and math.isfinite(s["final_loss"])
         assert s["alloc_per_epoch"] is None or s["alloc_per_epoch"] > 0, s["alloc_method"]
     assert result["summary"]["tapegrad"]["alloc_per_epoch"] > 0  # tracemalloc always works
-    assert result["summary"]["tapegrad"]["mode"] == "eager"
+    assert result["summary"]["tapegrad"]["mode"] == "compiled"
     for peer in PEERS:
         assert result["ratios"][peer]["steady"]["n"] == 1
     floor = result["floor"]
@@ -207,7 +207,7 @@ def test_report_renders_tables_and_charts(smoke, tmp_path):
 
     _, result = smoke
     text = report.markdown([result], commands=["tapegrad bench mlp ..."])
-    assert "### mlp" in text and "| tapegrad (eager) |" in text and "Floor:" in text
+    assert "### mlp" in text and "| tapegrad (compiled) |" in text and "Floor:" in text
     for peer in PEERS:
         assert f"| {peer} (" in text
     assert "Guard: passed" in text and "micro" in text

@@ -113,6 +113,7 @@ def markdown(
     """The whole BENCHMARKS.md."""
     m = results[0]["machine"]
     vers = {**versions(results), "python": m["python"]}
+    mode = results[0].get("mode", "eager")
     lines = [
         "# Benchmarks: tapegrad side by side with PyTorch and JAX",
         "",
@@ -126,8 +127,14 @@ def markdown(
         "is shared with other jobs and noisy: read differences under ~20% as noise.",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())) + ".",
         f"- Date: {m['date']}.",
-        "- tapegrad runs in **eager mode** here (a graph recorded and freed every step); "
-        "compiled plans come with a later issue and will be measured by the same commands.",
+        f"- tapegrad runs in **{mode} mode** here ("
+        + (
+            "its training step traced once per batch shape, then replayed over buffers "
+            "allocated once; `tapegrad bench WORKLOAD --eager` measures eager mode"
+            if mode == "compiled"
+            else "a graph recorded and freed every step"
+        )
+        + ").",
         "",
         "## How it is measured",
         "",
