@@ -38,23 +38,6 @@ def _current_rss() -> int | None:
         return None
 
 
-def peak_rss() -> int:
-    """This process's peak resident set: ``VmHWM`` of /proc/self/status where there is one.
-
-    Not ``getrusage``'s ``ru_maxrss`` alone: Linux carries the parent's high-water mark into a
-    forked child's ``ru_maxrss`` across ``exec``, so a worker started by a parent holding the
-    dataset would report the parent's size. ``VmHWM`` belongs to this process's own memory.
-    """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return peak_rss_bytes()  # pragma: no cover - not Linux
-
-
 def load_data(spec: dict) -> dict[str, np.ndarray]:
     """The exported train/test arrays, read fully into memory (every framework alike)."""
     return {k: np.load(spec["data"][k]) for k in ("train_x", "train_y", "test_x", "test_y")}
@@ -124,7 +107,7 @@ def run(framework: str, spec: dict) -> dict:
     t0 = time.perf_counter()
     test_loss, test_acc = runner.evaluate(arrays["test_x"], arrays["test_y"])
     eval_seconds = time.perf_counter() - t0
-    peak_after_training = peak_rss()
+    peak_after_training = peak_rss_bytes()
 
     # Allocation, after everything reported above: the Trainer's sampled steps of epoch 1.
     sampler = AllocationSampler(spec.get("alloc_samples", 4))

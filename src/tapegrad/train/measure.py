@@ -18,7 +18,19 @@ from collections.abc import Callable
 
 
 def peak_rss_bytes() -> int:
-    """The process's peak resident set size so far, in bytes."""
+    """This process's peak resident set size so far, in bytes.
+
+    ``VmHWM`` of /proc/self/status where there is one, not ``getrusage``'s ``ru_maxrss``
+    alone: Linux carries a parent's high-water mark into a forked child's ``ru_maxrss`` across
+    ``exec``, so a run started by a large parent would report the parent's size.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # not Linux
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
