@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,15 @@ import safetensors.numpy
 
 from .autodiff import Tensor
 
-__all__ = ["ModelFileError", "save", "load", "read_metadata", "save_arrays", "load_arrays"]
+__all__ = [
+    "ModelFileError",
+    "save",
+    "load",
+    "read_metadata",
+    "save_arrays",
+    "load_arrays",
+    "remove_stale_temp_files",
+]
 
 _DIGEST = "tapegrad.sha256"
 _NAMES = "tapegrad.names"
@@ -99,13 +108,60 @@ def _write_payload(f, payload: bytes) -> None:
     f.write(payload)
 
 
+# A temporary file of an atomic write: ".<target name>.<writer's pid>.<8 hex digits>.tmp".
+_TEMP = re.compile(r"^\.(?P<target>.+)\.(?P<pid>[1-9]\d{0,9})\.[0-9a-f]{8}\.tmp$")
+_writing: set[str] = set()  # temporary files this process is writing right now
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":  # cannot probe safely: treat every other writer as alive
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def remove_stale_temp_files(directory: str | os.PathLike, target=None) -> list[str]:
+    """Delete the temporary files that killed writers left in ``directory``; return their paths.
+
+    An atomic write that is killed (SIGKILL, out-of-memory killer) between creating its
+    temporary file and renaming it cannot clean up. Such a file is recognised by its name and
+    removed when the process that wrote it no longer exists, or is this process and is not
+    writing it now. ``target`` (a callable on the target file's name) limits which are touched.
+    """
+    directory = os.fspath(directory)
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    me = os.getpid()
+    for name in names:
+        m = _TEMP.match(name)
+        if m is None or (target is not None and not target(m["target"])):
+            continue
+        full = os.path.join(directory, name)
+        pid = int(m["pid"])
+        stale = full not in _writing if pid == me else not _pid_alive(pid)
+        if stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(full)
+                removed.append(full)
+    return removed
+
+
 def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(
-        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    )
+    base = os.path.basename(path)
+    remove_stale_temp_files(directory, target=lambda name: name == base)
+    tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    _writing.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             _write_payload(f, payload)
@@ -116,6 +172,8 @@ def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        _writing.discard(tmp)
     # make the rename itself durable (best effort: not every platform can fsync a directory)
     with contextlib.suppress(OSError):
         dfd = os.open(directory, os.O_RDONLY)
