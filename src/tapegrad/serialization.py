@@ -245,7 +245,8 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str
         )
     try:
         header = json.loads(data[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser's stack allows
         raise fail("header is not valid JSON (not a safetensors file?)") from None
     if not isinstance(header, dict):
         raise fail("header is not a JSON object (not a safetensors file?)")
@@ -270,8 +271,10 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str
         raise fail("checksum mismatch: the file was modified or corrupted after it was written")
     try:
         names = json.loads(meta[_NAMES])
-    except (KeyError, json.JSONDecodeError):
+    except (KeyError, json.JSONDecodeError, RecursionError):
         raise fail("metadata lacks a valid tensor name list") from None
+    if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
+        raise fail("metadata's tensor name list is not a list of names")
     if sorted(names) != sorted(arrays):
         raise fail("metadata's tensor name list does not match the tensors")
     return {k: arrays[k] for k in names}, meta
@@ -297,6 +300,10 @@ def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     arrays, meta = _read(path)
     try:
         decoded = json.loads(meta.get(_META, "{}"))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise ModelFileError(f"{os.fspath(path)}: metadata 'meta' is not valid JSON") from None
+    if not isinstance(decoded, dict):
+        raise ModelFileError(
+            f"{os.fspath(path)}: metadata 'meta' is a JSON {type(decoded).__name__}, not an object"
+        )
     return arrays, decoded

@@ -70,6 +70,10 @@ def load_latest(directory) -> tuple[dict, dict, dict] | None:
             arrays, meta = load_arrays(path)
         except ModelFileError:
             continue
+        if not isinstance(meta.get("optim_scalars", {}), dict) or not isinstance(
+            meta.get("global_step"), int
+        ):
+            continue  # verified, but not a checkpoint's metadata (a crafted or foreign file)
         model_state = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
         optim_state = {k[6:]: v for k, v in arrays.items() if k.startswith("optim/")}
         optim_state.update(meta.pop("optim_scalars", {}))
