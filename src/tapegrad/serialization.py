@@ -36,6 +36,7 @@ __all__ = [
     "save_arrays",
     "load_arrays",
     "remove_stale_temp_files",
+    "atomic_file",
 ]
 
 _DIGEST = "tapegrad.sha256"
@@ -154,7 +155,15 @@ def remove_stale_temp_files(directory: str | os.PathLike, target=None) -> list[s
     return removed
 
 
-def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike):
+    """Write ``path`` atomically: yields a binary file open on a temporary file beside it.
+
+    When the block ends normally the file is flushed, fsynced and renamed over ``path`` (then
+    the directory is fsynced, best effort); when it raises, the temporary file is removed. A
+    process killed inside the block leaves ``path`` untouched and a temporary file that the
+    next write to ``path`` removes (see :func:`remove_stale_temp_files`).
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     base = os.path.basename(path)
@@ -164,7 +173,7 @@ def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
     _writing.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
-            _write_payload(f, payload)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -181,6 +190,11 @@ def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
+    with atomic_file(path) as f:
+        _write_payload(f, payload)
 
 
 def _write(path, arrays: dict[str, np.ndarray], meta: dict[str, str]) -> None:
