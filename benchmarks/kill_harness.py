@@ -16,8 +16,8 @@ must then end with weights and optimiser state equal, bit for bit, to those of a
 reference run (started in the background at the beginning). See
 ``tests/reliability/killing.py``; CI runs one 6-kill campaign (``test_kill_safety.py``).
 
-    python benchmarks/kill_harness.py                       # 4 campaigns x 15 kills (~4 min)
-    python benchmarks/kill_harness.py --campaigns 10 --kills 30 --max-steps 290 --json kills.json
+    python benchmarks/kill_harness.py                 # 4 campaigns x 15 kills, 10 epochs (~6 min)
+    python benchmarks/kill_harness.py --campaigns 10 --kills 30 --epochs 20 --max-steps 590
 
 Needs MNIST in ``$TAPEGRAD_DATA`` (default ``../shared/data``). Exit status 1 on any failure.
 """
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kills", type=int, default=15, help="kills per campaign")
     p.add_argument("--seed", type=int, default=1, help="first campaign's kill seed")
     p.add_argument("--preset", default="mlp")
-    p.add_argument("--max-steps", type=int, default=140)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--max-steps", type=int, default=290)
     p.add_argument("--batch-size", type=int, default=2000)
     p.add_argument("--max-step-kill", type=int, default=40)
     p.add_argument("--max-time-kill", type=float, default=4.0)
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = killing.Config(
                 preset=args.preset,
                 max_steps=args.max_steps,
+                epochs=args.epochs,
                 batch_size=args.batch_size,
                 seed=c,
                 kills=args.kills,

@@ -50,6 +50,7 @@ class Config:
     preset: str = "mlp"
     max_steps: int = 140
     batch_size: int = 2000  # 30 steps per MNIST epoch: a checkpoint every ~30 steps
+    epochs: int | None = None  # None: the preset's (mlp: 5, so at most 150 steps)
     seed: int = 3
     kills: int = 6
     kill_seed: int = 0
@@ -108,6 +109,7 @@ def train_args(cfg: Config, ckpt: Path, out: Path) -> list[str]:
         str(out),
         "--seed",
         str(cfg.seed),
+        *(["--epochs", str(cfg.epochs)] if cfg.epochs else []),
     ]
 
 
