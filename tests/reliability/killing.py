@@ -6,7 +6,8 @@ One campaign (:func:`campaign`):
    --checkpoint-dir REF --resume --save REF.safetensors --seed S``, in the background;
 2. ``kills`` times: starts the *same* command on its own checkpoint folder through
    ``kill_launcher.py`` and SIGKILLs it at a seeded random moment of one of three kinds:
-   ``write`` (paused in the middle of writing a checkpoint or the ``--save`` file: deterministic),
+   ``write`` (paused in the middle of writing a checkpoint or the ``--save`` file: deterministic;
+   the first kill of a campaign always hits the fresh run's first checkpoint this way),
    ``step`` (a random number of optimiser steps after this process's first) or ``time`` (a random
    delay after the start: import, data loading, evaluation, saving, ...). After each kill it checks
    the folder (:func:`check_folder`): every checkpoint loads and verifies, the newest is what
@@ -204,10 +205,13 @@ def _plan(cfg: Config) -> list[tuple[str, object]]:
     kinds = ["write", "step", "time"] * (cfg.kills // 3 + 1)
     kinds = kinds[: cfg.kills]
     rng.shuffle(kinds)
+    if "write" in kinds:  # the first kill: mid-way through the first checkpoint of a fresh run
+        kinds.remove("write")
+        kinds.insert(0, "write")
     plan: list[tuple[str, object]] = []
-    for kind in kinds:
+    for j, kind in enumerate(kinds):
         if kind == "write":
-            plan.append((kind, (rng.randrange(2), rng.randrange(CHUNKS - 1))))
+            plan.append((kind, (rng.randrange(2) if j else 0, rng.randrange(CHUNKS - 1))))
         elif kind == "step":
             plan.append((kind, rng.randint(1, cfg.max_step_kill)))
         else:

@@ -290,8 +290,8 @@ def test_imdb_member_announcing_more_than_the_file_holds_fails_fast(tmp_path, si
 
 
 def test_imdb_reader_keeps_no_member_list(tmp_path):
-    # 20,000 empty non-review members: memory must not grow with their number
-    members = {f"aclImdb/train/unsup/{i}_0.txt": b"" for i in range(20000)}
+    # 8,000 empty non-review members: memory must not grow with their number
+    members = {f"aclImdb/train/unsup/{i}_0.txt": b"" for i in range(8000)}
     path = tmp_path / "aclImdb_v1.tar.gz"
     path.write_bytes(gzip.compress(tar_bytes({**members, **REVIEWS}), 1))
     with bounded(20, 2 << 20, "many members"):
