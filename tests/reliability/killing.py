@@ -6,13 +6,15 @@ One campaign (:func:`campaign`):
    --checkpoint-dir REF --resume --save REF.safetensors --seed S``, in the background;
 2. ``kills`` times: starts the *same* command on its own checkpoint folder through
    ``kill_launcher.py`` and SIGKILLs it at a seeded random moment of one of three kinds:
-   ``write`` (paused in the middle of writing a checkpoint or the ``--save`` file: deterministic;
-   the first kill of a campaign always hits the fresh run's first checkpoint this way),
-   ``step`` (a random number of optimiser steps after this process's first) or ``time`` (a random
-   delay after the start: import, data loading, evaluation, saving, ...). After each kill it checks
-   the folder (:func:`check_folder`): every checkpoint loads and verifies, the newest is what
+   ``write`` (paused in the middle of the process's first write, a checkpoint or, when training
+   is over, the ``--save`` file: deterministic; the first kill of a campaign always hits the
+   fresh run's first checkpoint this way), ``step`` (at a random global step among those left)
+   or ``time`` (a random delay after the start: import, data loading, training, evaluation,
+   saving; on a fast machine it may come after the end). After each kill it checks the folder
+   (:func:`check_folder`): every checkpoint loads and verifies, the newest is what
    ``load_latest`` resumes from, at most one temporary file exists (the one the victim was
-   writing), the newest step never goes back, and the ``--save`` file is absent or whole;
+   writing), the newest step never goes back, and the ``--save`` file is absent or whole. A run
+   that completed while kills remain is finished and compared as in 3, and a new round starts;
 3. runs the same command once more, uninterrupted, and checks that it succeeds, leaves no
    temporary file, and that its saved weights and its last checkpoint's weights and optimiser
    state equal the reference's bit for bit.
@@ -55,7 +57,6 @@ class Config:
     seed: int = 3
     kills: int = 6
     kill_seed: int = 0
-    max_step_kill: int = 40  # a `step` kill comes 1..max_step_kill steps after the first step
     max_time_kill: float = 4.0  # a `time` kill comes 0.2..max_time_kill s after the start
     run_timeout: float = 120.0  # no single run may take longer (a hang fails the campaign)
     data_dir: str | None = None  # the datasets (TAPEGRAD_DATA); default: env, ../shared/data
@@ -77,6 +78,7 @@ class Report:
     seconds: float = 0.0
     final_step: int = 0
     checkpoints_checked: int = 0
+    rounds: int = 0
 
     @property
     def survived(self) -> int:
@@ -201,6 +203,7 @@ def check_folder(ckpt: Path, out: Path) -> tuple[int | None, int, int]:
 
 
 def _plan(cfg: Config) -> list[tuple[str, object]]:
+    """Seeded kinds and arguments: write -> chunk, step -> fraction of what is left, time -> s."""
     rng = random.Random(cfg.kill_seed)
     kinds = ["write", "step", "time"] * (cfg.kills // 3 + 1)
     kinds = kinds[: cfg.kills]
@@ -209,37 +212,39 @@ def _plan(cfg: Config) -> list[tuple[str, object]]:
         kinds.remove("write")
         kinds.insert(0, "write")
     plan: list[tuple[str, object]] = []
-    for j, kind in enumerate(kinds):
+    for kind in kinds:
         if kind == "write":
-            plan.append((kind, (rng.randrange(2) if j else 0, rng.randrange(CHUNKS - 1))))
+            plan.append((kind, rng.randrange(CHUNKS - 1)))
         elif kind == "step":
-            plan.append((kind, rng.randint(1, cfg.max_step_kill)))
+            plan.append((kind, rng.random()))
         else:
             plan.append((kind, round(rng.uniform(0.2, cfg.max_time_kill), 3)))
     return plan
 
 
 def _one_kill(cfg: Config, kind: str, arg, ckpt: Path, out: Path, logs: Path) -> Kill:
+    """Start the run and kill it as planned. ``write`` kills pause the process's first write
+    (a checkpoint, or the --save file when training is over); ``step`` kills come at a global
+    step drawn from what is left, so both always land; ``time`` kills may come too late."""
+    before = check_folder(ckpt, out)[0]
+    done = before or 0
+    if kind == "step" and done >= cfg.max_steps:
+        kind, arg = "write", int(arg * (CHUNKS - 1))  # no step left: kill the --save instead
     env = child_env(cfg)
     if kind == "write":
-        env["TAPEGRAD_KILL_PAUSE_AT"] = f"{arg[0]}:{arg[1]}"
+        env["TAPEGRAD_KILL_PAUSE_AT"] = f"0:{arg}"
     argv = [sys.executable, str(LAUNCHER), *train_args(cfg, ckpt, out)]
-    before = check_folder(ckpt, out)[0]
     child = Child(argv, env, logs / "killed.log")
     deadline = time.monotonic() + cfg.run_timeout
     if kind == "write":
         reached = child.wait_for(lambda s: s == "@@PAUSED", deadline)
-        detail = f"write {arg[0]}, after chunk {arg[1]} of {CHUNKS}"
+        detail = f"first write, after chunk {arg} of {CHUNKS}"
     elif kind == "step":
-        seen = [0]
-
-        def counted(s: str) -> bool:
-            if s.startswith("@@STEP "):
-                seen[0] += 1
-            return seen[0] >= arg
-
-        reached = child.wait_for(counted, deadline)
-        detail = f"{arg} steps after its first"
+        target = min(done + 1 + int(arg * (cfg.max_steps - done)), cfg.max_steps)
+        reached = child.wait_for(
+            lambda s: s.startswith("@@STEP ") and int(s.split()[1]) >= target, deadline
+        )
+        detail = f"at global step {target}"
     else:
         time.sleep(arg)
         reached = child.proc.poll() is None
@@ -272,44 +277,76 @@ def _arrays_equal(a: dict, b: dict, what: str) -> None:
         assert np.array_equal(a[k], b[k]), f"{what}: {k} differs from the uninterrupted run"
 
 
-def campaign(cfg: Config, workdir: Path, log=print) -> Report:
-    """Run a campaign in ``workdir`` (see the module docstring); AssertionError on damage."""
-    t0 = time.monotonic()
-    workdir.mkdir(parents=True, exist_ok=True)
-    ref_ckpt, ref_out = workdir / "ref-ckpt", workdir / "ref" / "final.safetensors"
-    ckpt, out = workdir / "ckpt", workdir / "out" / "final.safetensors"
-    for d in (ref_out.parent, out.parent):
-        d.mkdir(exist_ok=True)
-    env = child_env(cfg)
-    reference = Child(
-        [sys.executable, "-m", "tapegrad", *train_args(cfg, ref_ckpt, ref_out)],
-        env,
-        workdir / "reference.log",
-    )
-    report = Report()
-    for i, (kind, arg) in enumerate(_plan(cfg)):
-        k = _one_kill(cfg, kind, arg, ckpt, out, workdir)
-        report.kills.append(k)
-        log(
-            f"kill {i + 1}/{cfg.kills}: {kind:5} {k.detail:34} "
-            f"{'killed' if k.killed else 'finished first'}; newest checkpoint step "
-            f"{k.newest_step}, temp files {k.temp_files}"
-        )
+def _finish_and_compare(cfg: Config, ckpt: Path, out: Path, reference: Child, ref: Path, log):
+    """Run the command to its end, uninterrupted, and compare with the reference run."""
     final = Child(
-        [sys.executable, "-m", "tapegrad", *train_args(cfg, ckpt, out)], env, workdir / "final.log"
+        [sys.executable, "-m", "tapegrad", *train_args(cfg, ckpt, out)],
+        child_env(cfg),
+        ckpt.parent / "final.log",
     )
     rc = final.finish(cfg.run_timeout)
-    assert rc == 0, f"the final run failed ({rc}); see {workdir / 'final.log'}"
-    assert reference.finish(cfg.run_timeout) == 0, f"reference failed; see {workdir}"
-    newest, temps, report.checkpoints_checked = check_folder(ckpt, out)
+    assert rc == 0, f"the final run failed ({rc}); see {ckpt.parent / 'final.log'}"
+    assert reference.proc.wait(cfg.run_timeout) == 0, f"reference failed; see {ref.parent}"
+    newest, temps, checked = check_folder(ckpt, out)
     assert temps == 0, "a temporary file was left behind after the final run"
     assert newest == cfg.max_steps, f"final checkpoint at step {newest}, not {cfg.max_steps}"
+    ref_ckpt, ref_out = ref / "ckpt", ref / "final.safetensors"
     _arrays_equal(load(out), load(ref_out), "saved weights")
     # Not the files' bytes: safetensors orders the header's metadata differently per process.
     assert read_metadata(out) == read_metadata(ref_out), "saved files' metadata differ"
-    mine, ref = load_latest(ckpt), load_latest(ref_ckpt)
-    _arrays_equal(mine[0], ref[0], "checkpoint weights")
-    _arrays_equal(mine[1], ref[1], "checkpoint optimiser state")
-    report.final_step = newest
+    mine, theirs = load_latest(ckpt), load_latest(ref_ckpt)
+    _arrays_equal(mine[0], theirs[0], "checkpoint weights")
+    _arrays_equal(mine[1], theirs[1], "checkpoint optimiser state")
+    log(f"  run complete at step {newest}: weights and optimiser state equal the reference's")
+    return checked
+
+
+def campaign(cfg: Config, workdir: Path, log=print) -> Report:
+    """Run a campaign in ``workdir`` (see the module docstring); AssertionError on damage.
+
+    When the killed run has finished (its --save file exists) while kills remain, it is
+    compared with the reference and a new round starts from an empty folder, so every kill
+    lands on a run with work left, however fast the machine.
+    """
+    t0 = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    ref = workdir / "ref"
+    ref.mkdir(exist_ok=True)
+    reference = Child(
+        [
+            sys.executable,
+            "-m",
+            "tapegrad",
+            *train_args(cfg, ref / "ckpt", ref / "final.safetensors"),
+        ],
+        child_env(cfg),
+        workdir / "reference.log",
+    )
+    report = Report()
+    rounds = 0
+
+    def new_round():
+        nonlocal rounds
+        rounds += 1
+        folder = workdir / f"round-{rounds}"
+        (folder / "out").mkdir(parents=True)
+        return folder / "ckpt", folder / "out" / "final.safetensors"
+
+    ckpt, out = new_round()
+    for i, (kind, arg) in enumerate(_plan(cfg)):
+        if out.exists():
+            report.checkpoints_checked += _finish_and_compare(cfg, ckpt, out, reference, ref, log)
+            ckpt, out = new_round()
+        k = _one_kill(cfg, kind, arg, ckpt, out, ckpt.parent)
+        report.kills.append(k)
+        log(
+            f"kill {i + 1}/{cfg.kills} (round {rounds}): {kind:5} {k.detail:34} "
+            f"{'killed' if k.killed else 'finished first'}; newest checkpoint step "
+            f"{k.newest_step}, temp files {k.temp_files}"
+        )
+    report.checkpoints_checked += _finish_and_compare(cfg, ckpt, out, reference, ref, log)
+    reference.finish(cfg.run_timeout)
+    report.final_step = cfg.max_steps
+    report.rounds = rounds
     report.seconds = time.monotonic() - t0
     return report
