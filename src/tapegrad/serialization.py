@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,16 @@ import safetensors.numpy
 
 from .autodiff import Tensor
 
-__all__ = ["ModelFileError", "save", "load", "read_metadata", "save_arrays", "load_arrays"]
+__all__ = [
+    "ModelFileError",
+    "save",
+    "load",
+    "read_metadata",
+    "save_arrays",
+    "load_arrays",
+    "remove_stale_temp_files",
+    "atomic_file",
+]
 
 _DIGEST = "tapegrad.sha256"
 _NAMES = "tapegrad.names"
@@ -99,16 +109,71 @@ def _write_payload(f, payload: bytes) -> None:
     f.write(payload)
 
 
-def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
+# A temporary file of an atomic write: ".<target name>.<writer's pid>.<8 hex digits>.tmp".
+_TEMP = re.compile(r"^\.(?P<target>.+)\.(?P<pid>[1-9]\d{0,9})\.[0-9a-f]{8}\.tmp$")
+_writing: set[str] = set()  # temporary files this process is writing right now
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":  # cannot probe safely: treat every other writer as alive
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def remove_stale_temp_files(directory: str | os.PathLike, target=None) -> list[str]:
+    """Delete the temporary files that killed writers left in ``directory``; return their paths.
+
+    An atomic write that is killed (SIGKILL, out-of-memory killer) between creating its
+    temporary file and renaming it cannot clean up. Such a file is recognised by its name and
+    removed when the process that wrote it no longer exists, or is this process and is not
+    writing it now. ``target`` (a callable on the target file's name) limits which are touched.
+    """
+    directory = os.fspath(directory)
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    me = os.getpid()
+    for name in names:
+        m = _TEMP.match(name)
+        if m is None or (target is not None and not target(m["target"])):
+            continue
+        full = os.path.join(directory, name)
+        pid = int(m["pid"])
+        stale = full not in _writing if pid == me else not _pid_alive(pid)
+        if stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(full)
+                removed.append(full)
+    return removed
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike):
+    """Write ``path`` atomically: yields a binary file open on a temporary file beside it.
+
+    When the block ends normally the file is flushed, fsynced and renamed over ``path`` (then
+    the directory is fsynced, best effort); when it raises, the temporary file is removed. A
+    process killed inside the block leaves ``path`` untouched and a temporary file that the
+    next write to ``path`` removes (see :func:`remove_stale_temp_files`).
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(
-        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    )
+    base = os.path.basename(path)
+    remove_stale_temp_files(directory, target=lambda name: name == base)
+    tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    _writing.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
-            _write_payload(f, payload)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -116,6 +181,8 @@ def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        _writing.discard(tmp)
     # make the rename itself durable (best effort: not every platform can fsync a directory)
     with contextlib.suppress(OSError):
         dfd = os.open(directory, os.O_RDONLY)
@@ -123,6 +190,11 @@ def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def _atomic_write(path: str | os.PathLike, payload: bytes) -> None:
+    with atomic_file(path) as f:
+        _write_payload(f, payload)
 
 
 def _write(path, arrays: dict[str, np.ndarray], meta: dict[str, str]) -> None:
@@ -187,7 +259,8 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str
         )
     try:
         header = json.loads(data[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser's stack allows
         raise fail("header is not valid JSON (not a safetensors file?)") from None
     if not isinstance(header, dict):
         raise fail("header is not a JSON object (not a safetensors file?)")
@@ -212,8 +285,10 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str
         raise fail("checksum mismatch: the file was modified or corrupted after it was written")
     try:
         names = json.loads(meta[_NAMES])
-    except (KeyError, json.JSONDecodeError):
+    except (KeyError, json.JSONDecodeError, RecursionError):
         raise fail("metadata lacks a valid tensor name list") from None
+    if not isinstance(names, list) or not all(isinstance(k, str) for k in names):
+        raise fail("metadata's tensor name list is not a list of names")
     if sorted(names) != sorted(arrays):
         raise fail("metadata's tensor name list does not match the tensors")
     return {k: arrays[k] for k in names}, meta
@@ -239,6 +314,10 @@ def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
     arrays, meta = _read(path)
     try:
         decoded = json.loads(meta.get(_META, "{}"))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise ModelFileError(f"{os.fspath(path)}: metadata 'meta' is not valid JSON") from None
+    if not isinstance(decoded, dict):
+        raise ModelFileError(
+            f"{os.fspath(path)}: metadata 'meta' is a JSON {type(decoded).__name__}, not an object"
+        )
     return arrays, decoded

@@ -3,16 +3,14 @@
 A cache file's name is a hash of everything its content depends on: the source file's resolved
 path, size and modification time, the preprocessing parameters and a format version, so a changed
 source or parameter simply misses. Files are written atomically (temporary file in the same folder,
-then ``os.replace``) and read with ``allow_pickle=False``; an unreadable cache file is ignored and
-rebuilt.
+then ``os.replace``, see :func:`tapegrad.serialization.atomic_file`) and read with
+``allow_pickle=False``; an unreadable cache file is ignored and rebuilt.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -53,15 +51,10 @@ def load(path: Path) -> dict[str, np.ndarray] | None:
 
 
 def save(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` atomically; a failure leaves no partial file behind."""
+    """Write ``arrays`` to ``path`` atomically; a failure leaves no partial file behind, and the
+    partial file of a writer that was killed is removed by the next write of ``path``."""
+    from ..serialization import atomic_file  # imported here: serialization needs the engine
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        np.savez(f, **arrays)

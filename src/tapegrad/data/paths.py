@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -296,17 +295,12 @@ def _download(fname: str, remote: Remote, dest: Path) -> Path:
 
 def _extract_member(archive: Path, member: str, target: Path) -> Path:
     """Copy one member of a zip to ``target`` atomically (temp file, then rename)."""
+    from ..serialization import atomic_file  # imported here: serialization needs the engine
+
     try:
-        with zipfile.ZipFile(archive) as zf, zf.open(member) as src:
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    while chunk := src.read(1 << 20):
-                        out.write(chunk)
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+        with zipfile.ZipFile(archive) as zf, zf.open(member) as src, atomic_file(target) as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
     except (zipfile.BadZipFile, KeyError) as err:
         raise DatasetError(f"{archive}: cannot extract {member}: {err}") from err
     return target

@@ -4,7 +4,11 @@ Source: the ``aclImdb/`` folder, or a tarball (``aclImdb_v1.tar.gz``, or the sma
 ``aclImdb_v1_labelled.tar.gz`` without the unlabelled part) read straight from the archive:
 ``tarfile`` in streaming mode, nothing extracted to disk, and only regular-file members named
 ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt`` are read. An archive holding an absolute or
-``..`` member name is refused as a whole.
+``..`` member name is refused as a whole. Sizes an archive announces are capped before anything
+is read: a review above 1 MiB, a pax or GNU long-name header above 1 MiB, more than 64 global pax
+keys, or more than 2 GiB of decompressed data are reported as a corrupt archive, so a small
+crafted file cannot make the reader allocate or decompress gigabytes; members already read are
+not kept, so memory does not grow with their number.
 
 Preprocessing (see :func:`tokenize`): lower-case; ``<br />`` tags become spaces; tokens are the
 maximal runs of Unicode letters and digits (regex ``[^\\W_]+``), so punctuation, apostrophes and
@@ -41,6 +45,9 @@ PAD_TOKEN, UNK_TOKEN = "<pad>", "<unk>"
 _FORMAT_VERSION = 1
 _MEMBER = re.compile(r"aclImdb/(train|test)/(pos|neg)/(\d+)_(\d+)\.txt")
 _MAX_REVIEW_BYTES = 1 << 20  # the longest real review is ~14 KB
+_MAX_EXTENDED_HEADER = 1 << 20  # pax / GNU long-name headers: real ones hold a path or two
+_MAX_GLOBAL_PAX_KEYS = 64
+_MAX_TAR_BYTES = 1 << 31  # decompressed; the full official archive is about a quarter of this
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _WORD = re.compile(r"[^\W_]+")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")  # the same matches as _WORD on lower-cased ASCII, faster
@@ -117,6 +124,71 @@ def _check_member_name(name: str, archive: Path) -> str:
     return norm
 
 
+_EXTENDED = (
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A TarInfo that refuses oversized extended headers before tarfile reads them whole.
+
+    tarfile reads a pax or GNU long-name header's announced size into memory in one piece, so
+    without this check a 1 MB archive can claim (and, compressed, supply) gigabytes of header.
+    """
+
+    def _proc_member(self, tar):
+        if self.size > _MAX_TAR_BYTES:
+            raise tarfile.HeaderError(
+                f"member {self.name!r} announces {self.size} bytes, above the "
+                f"{_MAX_TAR_BYTES}-byte limit for the whole archive"
+            )
+        if self.type in _EXTENDED and self.size > _MAX_EXTENDED_HEADER:
+            raise tarfile.HeaderError(
+                f"member {self.name!r} announces a {self.size}-byte extended header, above the "
+                f"{_MAX_EXTENDED_HEADER}-byte limit"
+            )
+        if self.type == tarfile.XGLTYPE and len(tar.pax_headers) > _MAX_GLOBAL_PAX_KEYS:
+            raise tarfile.HeaderError(f"more than {_MAX_GLOBAL_PAX_KEYS} global pax header keys")
+        return super()._proc_member(tar)
+
+
+class _Capped:
+    """A read-only stream that raises once more than ``limit`` bytes have been read from it, or
+    once it has been read at its end many times.
+
+    The second matters because tarfile skips an unread member by reading block after block up
+    to the size its header announces, without stopping at the end of the data: a few bytes
+    announcing 2**62 would keep it busy for ever.
+    """
+
+    _MAX_READS_AT_END = 64
+
+    def __init__(self, stream, limit: int, path: Path):
+        self.stream, self.left, self.limit, self.path = stream, limit, limit, path
+        self.reads_at_end = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n if 0 <= n <= self.left + 1 else self.left + 1)
+        self.left -= len(data)
+        if self.left < 0:
+            raise DatasetError(
+                f"{self.path}: decompresses to more than {self.limit} bytes, above the limit "
+                "for an IMDB archive (corrupt or not IMDB?)"
+            )
+        if not data and n != 0:
+            self.reads_at_end += 1
+            if self.reads_at_end > self._MAX_READS_AT_END:
+                raise DatasetError(
+                    f"{self.path}: corrupt or truncated tar archive (a member announces more "
+                    "data than the file holds)"
+                )
+        return data
+
+
 def _reviews_from_tar(path: Path) -> Iterator[tuple[str, str, int, bytes]]:
     try:
         with open(path, "rb") as f:
@@ -124,9 +196,10 @@ def _reviews_from_tar(path: Path) -> Iterator[tuple[str, str, int, bytes]]:
             f.seek(0)
             # Our own GzipFile (not tarfile's "r|gz") so a truncated or damaged archive raises:
             # gzip checks the stream's end and CRC, which tarfile's stream reader does not.
-            stream = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
-            with tarfile.open(fileobj=stream, mode="r|") as tar:
-                for member in tar:
+            stream = _Capped(gzip.GzipFile(fileobj=f, mode="rb") if gz else f, _MAX_TAR_BYTES, path)
+            with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:
+                while (member := tar.next()) is not None:
+                    tar.members.clear()  # streaming: keep no list of every member seen
                     item = _review_member(tar, member, path)
                     if item is not None:
                         yield item

@@ -2,8 +2,11 @@
 
 A checkpoint holds the model's weights, the optimiser's state, the run's position (epoch and
 batch), the partial sums of the epoch in progress and the history so far, in one safetensors file
-written atomically (temporary file, then rename). Batch order depends only on (seed, epoch), so
-resuming from a checkpoint continues with exactly the batches an uninterrupted run would see.
+written atomically (temporary file, then rename). A writer killed in the middle of a save leaves
+its temporary file behind; saving and resuming remove such leftovers (see
+:func:`~tapegrad.serialization.remove_stale_temp_files`), so they never accumulate. Batch order
+depends only on (seed, epoch), so resuming from a checkpoint continues with exactly the batches an
+uninterrupted run would see.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from ..serialization import ModelFileError, load_arrays, save_arrays
+from ..serialization import ModelFileError, load_arrays, remove_stale_temp_files, save_arrays
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.safetensors$")
 
@@ -36,10 +39,16 @@ def save_checkpoint(
         else:
             scalars[k] = v
     path = checkpoint_path(directory, global_step)
+    _remove_leftovers(directory)
     save_arrays(path, arrays, {**meta, "optim_scalars": scalars, "global_step": global_step})
     for old in sorted(_list(directory))[:-keep]:
         old.unlink(missing_ok=True)
     return path
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Delete temporary checkpoint files of writers that were killed mid-save."""
+    remove_stale_temp_files(directory, target=lambda name: _NAME.match(name) is not None)
 
 
 def _list(directory: Path) -> list[Path]:
@@ -52,13 +61,19 @@ def load_latest(directory) -> tuple[dict, dict, dict] | None:
     """(model_state, optim_state, meta) of the newest readable checkpoint, or None if none.
 
     A file that fails verification (which atomic writes make unlikely) is skipped in favour of
-    the one before it, so a damaged newest file never stops a resume.
+    the one before it, so a damaged newest file never stops a resume. Temporary files left by
+    a writer that was killed mid-save are removed.
     """
+    _remove_leftovers(Path(directory))
     for path in sorted(_list(Path(directory)), reverse=True):
         try:
             arrays, meta = load_arrays(path)
         except ModelFileError:
             continue
+        if not isinstance(meta.get("optim_scalars", {}), dict) or not isinstance(
+            meta.get("global_step"), int
+        ):
+            continue  # verified, but not a checkpoint's metadata (a crafted or foreign file)
         model_state = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
         optim_state = {k[6:]: v for k, v in arrays.items() if k.startswith("optim/")}
         optim_state.update(meta.pop("optim_scalars", {}))
