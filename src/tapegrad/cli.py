@@ -227,9 +227,10 @@ def _split(value: str | None, default: str) -> list[str]:
 def _write_json(path: str, result: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    from .serialization import atomic_file
+
+    with atomic_file(path) as f:
+        f.write((json.dumps(result, indent=1) + "\n").encode())
     print(f"wrote {path}")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..serialization import atomic_file
 from .flops import count_flops
 
 WORKLOADS = ("seed-cnn", "seed-rnn", "text-cnn", "mlp")
@@ -152,7 +153,8 @@ def prepare(workload: str, folder: Path, data_dir=None, seed: int = 0) -> tuple[
     paths = {}
     for name, arr in arrays.items():
         paths[name] = str(folder / f"{name}.npy")
-        np.save(paths[name], np.ascontiguousarray(arr))
+        with atomic_file(paths[name]) as f:
+            np.save(f, np.ascontiguousarray(arr))
     flops = count_flops(exp.model, exp.data.train.x[0])
     n_train = len(exp.data.train.y)
     spec = {
@@ -332,9 +334,11 @@ def run_benchmark(
         spec, facts = prepare(workload, folder, data_dir, seed)
         spec.update(threads=threads, epochs=epochs, steps=steps, mode=mode, alloc_samples=4)
         spec_path = folder / "spec.json"
-        spec_path.write_text(json.dumps(spec))
+        with atomic_file(spec_path) as f:
+            f.write(json.dumps(spec).encode())
         perturbed = folder / "spec-perturbed.json"
-        perturbed.write_text(json.dumps({**spec, "perturb": True}))
+        with atomic_file(perturbed) as f:
+            f.write(json.dumps({**spec, "perturb": True}).encode())
         runs: dict[str, list[dict]] = {f: [] for f in frameworks}
         gemm_rates: list[float] = []
         for r in range(repeats):

@@ -782,9 +782,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         benchmarks=[b.strip() for b in args.benchmarks.split(",") if b.strip()],
     )
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
-            fh.write("\n")
+        from ..serialization import atomic_file
+
+        with atomic_file(args.json) as fh:
+            fh.write((json.dumps(result, indent=2) + "\n").encode())
     sys.stdout.write(markdown(result))
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..serialization import atomic_file
 from .harness import _bytes
 
 COLORS = {"tapegrad": "#d95f02", "torch": "#1b9e77", "jax": "#7570b3", "autograd": "#e7298a"}
@@ -231,7 +232,8 @@ def charts(results: list[dict], folder: str | Path) -> list[Path]:
     )
     fig.tight_layout()
     out.append(folder / "time_per_epoch.png")
-    fig.savefig(out[-1], dpi=110)
+    with atomic_file(out[-1]) as f:
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
 
     fig, axes = plt.subplots(2, n, figsize=(3.2 * n, 6), squeeze=False)
@@ -244,7 +246,8 @@ def charts(results: list[dict], folder: str | Path) -> list[Path]:
     fig.suptitle("Memory: working memory allocated per epoch (top), peak RSS (bottom)")
     fig.tight_layout()
     out.append(folder / "memory_per_epoch.png")
-    fig.savefig(out[-1], dpi=110)
+    with atomic_file(out[-1]) as f:
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.4), squeeze=False)
@@ -258,6 +261,7 @@ def charts(results: list[dict], folder: str | Path) -> list[Path]:
     fig.suptitle("Test accuracy after training")
     fig.tight_layout()
     out.append(folder / "accuracy.png")
-    fig.savefig(out[-1], dpi=110)
+    with atomic_file(out[-1]) as f:
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
     return out

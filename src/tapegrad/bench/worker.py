@@ -40,7 +40,10 @@ def _current_rss() -> int | None:
 
 def load_data(spec: dict) -> dict[str, np.ndarray]:
     """The exported train/test arrays, read fully into memory (every framework alike)."""
-    return {k: np.load(spec["data"][k]) for k in ("train_x", "train_y", "test_x", "test_y")}
+    return {
+        k: np.load(spec["data"][k], allow_pickle=False)
+        for k in ("train_x", "train_y", "test_x", "test_y")
+    }
 
 
 def load_weights(spec: dict) -> dict[str, np.ndarray]:

@@ -7,10 +7,10 @@ import io
 import json
 import os
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from ..serialization import atomic_file
 from .measure import format_bytes
 
 
@@ -65,16 +65,9 @@ def table_footer(records: list[EpochRecord]) -> str:
 
 
 def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path) as f:
+        f.write(text.encode())
 
 
 def write_json(path, records: list[EpochRecord], info: dict) -> None:
@@ -123,5 +116,8 @@ def plot(path, records: list[EpochRecord], title: str = "") -> None:
         fig.suptitle(title)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_file(path) as f:  # a crash never leaves half a PNG
+            fig.savefig(f, format="png", dpi=100)
+    finally:
+        plt.close(fig)
