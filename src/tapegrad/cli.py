@@ -239,7 +239,7 @@ def _bench_micro(args) -> int:
         from .bench import micro
     except ImportError as e:
         raise UserError(f"the micro-benchmarks are not available in this build ({e})") from None
-    frameworks = ["tapegrad", *_split(args.vs, "torch,jax,autograd")]
+    frameworks = ["tapegrad", "tapegrad-compiled", *_split(args.vs, "torch,jax,autograd")]
     try:
         result = micro.run(
             frameworks,

@@ -244,6 +244,33 @@ def _tapegrad_build(
     return lambda: g(*args)
 
 
+def _tapegrad_compiled_build(bench: Benchmark, inputs: dict[str, np.ndarray]) -> Step:
+    """tapegrad with ``tapegrad.compile``: the differentiated inputs are leaf tensors made once
+    (like a model's parameters), the compiled function runs forward and ``backward()``, and
+    the gradients are read from ``.grad`` (buffers of the plan, refilled on every call)."""
+    import tapegrad as tg
+
+    f = _tapegrad_functions()[bench.name]
+    k = len(bench.wrt)
+    values = list(inputs.values())
+    leaves = [tg.tensor(v, requires_grad=True) for v in values[:k]]
+    consts = tuple(values[k:])
+
+    @tg.compile
+    def step(*rest):
+        for leaf in leaves:
+            leaf.grad = None
+        loss = f(*leaves, *rest)
+        loss.backward()
+        return loss
+
+    def call():
+        step(*consts)
+        return [leaf.grad for leaf in leaves]
+
+    return call
+
+
 # PyTorch ------------------------------------------------------------------------------------
 
 
@@ -380,9 +407,7 @@ FRAMEWORKS: dict[str, Framework] = {
     fw.name: fw
     for fw in [
         Framework("tapegrad", ("tapegrad",), _tapegrad_build, "tapegrad"),
-        # A compiled tapegrad is one entry:
-        # Framework("tapegrad-compiled", ("tapegrad",),
-        #           functools.partial(_tapegrad_build, transform=tapegrad.compile), "tapegrad"),
+        Framework("tapegrad-compiled", ("tapegrad",), _tapegrad_compiled_build, "tapegrad"),
         Framework("torch", ("torch",), _torch_build, "torch"),
         Framework("jax", ("jax", "jaxlib"), _jax_build, "jax"),
         Framework("autograd", ("autograd",), _autograd_build, "autograd"),
@@ -709,8 +734,10 @@ def markdown(result: dict) -> str:
     fws: list[str] = result.get("frameworks") or list(
         dict.fromkeys(fw for row in benches.values() for fw in row)
     )
-    peers = [p for p in fws if p in PEERS] if REFERENCE in fws else []
-    header = ["benchmark"] + [f"{fw} (µs)" for fw in fws] + [f"{REFERENCE}/{p}" for p in peers]
+    ours = [fw for fw in (REFERENCE, "tapegrad-compiled") if fw in fws]
+    peers = [p for p in fws if p in PEERS] if ours else []
+    pairs = [(a, p) for a in ours for p in peers]
+    header = ["benchmark"] + [f"{fw} (µs)" for fw in fws] + [f"{a}/{p}" for a, p in pairs]
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
@@ -724,8 +751,8 @@ def markdown(result: dict) -> str:
                 if t is None
                 else f"{_fmt(t['median_us'])} [{_fmt(t['min_us'])}–{_fmt(t['max_us'])}]"
             )
-        for p in peers:
-            a, b = row.get(REFERENCE), row.get(p)
+        for ours_fw, p in pairs:
+            a, b = row.get(ours_fw), row.get(p)
             cells.append(
                 "n/a" if a is None or b is None else f"{a['median_us'] / b['median_us']:.2f}×"
             )
