@@ -12,8 +12,8 @@ per 1,000 steps. A graph kept alive by a cycle or a cache growing per step shows
     python benchmarks/soak.py --preset seed-rnn --steps 30000 --json soak.json   # long form
     python benchmarks/soak.py --no-tracemalloc --steps 50000   # RSS only, at full speed
 
-``--mode eager`` is the only mode today; compiled mode (a later issue) plugs in at
-:func:`make_step`.
+``--mode compiled`` (the default, as ``tapegrad train``) replays a compiled plan; ``--mode
+eager`` records and frees a graph every step.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tapegrad.models import build_model, get_preset  # noqa: E402
 from tapegrad.train import Trainer  # noqa: E402
 from tapegrad.train.experiment import make_optimizer  # noqa: E402
 
-MODES = ("eager",)
+MODES = ("compiled", "eager")
 
 
 @dataclass
@@ -84,7 +84,7 @@ def make_step(preset_name: str, mode: str, batch_size: int, seed: int = 0):
     batches, kwargs = synthetic_batches(preset, batch_size, seed=seed)
     model = build_model(preset, seed=seed, **kwargs)
     opt = make_optimizer(preset.optimizer, model.parameters(), preset.lr)
-    trainer = Trainer(model, opt, preset.task, seed=seed, progress=False, log=None)
+    trainer = Trainer(model, opt, preset.task, seed=seed, progress=False, log=None, mode=mode)
 
     def step(i: int) -> float:
         x, y = batches[i % len(batches)]
@@ -103,7 +103,7 @@ def soak(
     preset: str = "mlp",
     steps: int = 5000,
     batch_size: int = 32,
-    mode: str = "eager",
+    mode: str = "compiled",
     warmup: int = 200,
     sample_every: int = 50,
     trace: bool = True,
@@ -177,7 +177,7 @@ def summary(r: SoakResult) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="mlp")
-    p.add_argument("--mode", default="eager", choices=MODES)
+    p.add_argument("--mode", default="compiled", choices=MODES)
     p.add_argument("--steps", type=int, default=5000)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--warmup", type=int, default=200)

@@ -23,8 +23,9 @@ import soak  # noqa: E402
 FLAT = 16 << 10  # bytes the traced memory may move between the end of warm-up and the end
 
 
-def test_short_soak_is_flat():
-    r = soak.soak("seed-rnn", steps=1500, batch_size=8, warmup=200, sample_every=50)
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_short_soak_is_flat(mode):
+    r = soak.soak("seed-rnn", steps=1500, batch_size=8, warmup=200, sample_every=50, mode=mode)
     print("\n" + soak.summary(r))
     assert r.final_loss < 1.0  # it really trained
     assert abs(r.traced_end - r.traced_start) < FLAT, soak.summary(r)
@@ -52,8 +53,29 @@ def test_soak_would_see_a_leak(monkeypatch):
 
 
 def test_soak_names_the_modes():
-    with pytest.raises(ValueError, match="compiled.*not available yet.*eager"):
-        soak.soak("mlp", steps=10, mode="compiled")
+    with pytest.raises(ValueError, match="'jit' is not available yet.*compiled.*eager"):
+        soak.soak("mlp", steps=10, mode="jit")
+
+
+def test_plans_are_freed_with_their_compiled_function(no_gc):
+
+    w = tg.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+
+    def step(x):
+        w.grad = None
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(step)
+    for n in (2, 2, 5):  # two plans
+        compiled(np.ones((n, 4), np.float32))
+    plans = [weakref.ref(p) for p in compiled.plans.values()]
+    buffers = [weakref.ref(p.vals[-1]) for p in compiled.plans.values()]
+    assert len(plans) == 2 and all(r() is not None for r in plans)
+    del compiled
+    assert all(r() is None for r in plans), "a plan outlived its compiled function"
+    assert all(r() is None for r in buffers), "a plan's buffers outlived it"
 
 
 @pytest.fixture
@@ -86,7 +108,7 @@ def test_graph_is_freed_after_backward(no_gc, retain):
 
 
 def test_training_steps_create_no_reference_cycles(no_gc):
-    step = soak.make_step("seed-rnn", "eager", 8)
+    step = soak.make_step("seed-rnn", "compiled", 8)
     for i in range(20):  # warm-up: first-call caches
         step(i)
     gc.collect()

@@ -203,6 +203,7 @@ class Plan:
             else:
                 program.append(e.fn)
         self.program = program
+        self.ext_arrays = list({id(t): (t, a) for t, a in self.ext_arrays}.values())
 
     def _fusable_relus(self, trace: Trace) -> set[int]:
         """ReLU outputs read by exactly one max-pool and nothing else (not even as a result)."""
@@ -345,6 +346,12 @@ class Plan:
             if c > 1
         }
 
+        def assign(ident):  # the only contribution this value receives: no checks needed
+            def set_grad(c):
+                grads[ident] = c
+
+            return set_grad
+
         def deliver(key, c):
             kind, ident = key
             store_get = grads.__getitem__ if kind == "v" else leaf_store.get
@@ -376,15 +383,23 @@ class Plan:
             ]
             low = self.lowered.get(p)
             if low is not None:
-                rules = [(low.vjps[i], key) for i, key in targets]
+                rules = [
+                    (
+                        low.vjps[i],
+                        assign(key[1])
+                        if key[0] == "v" and counts[key] == 1
+                        else functools.partial(deliver, key),
+                    )
+                    for i, key in targets
+                ]
 
                 def step(p=p, rules=rules):
                     g = grads[p]
                     grads[p] = None
                     if g is None:
                         return
-                    for rule, key in rules:
-                        deliver(key, rule(g))
+                    for rule, give in rules:
+                        give(rule(g))
             else:
                 node = self.nodes[p]
 

@@ -110,9 +110,11 @@ class Trainer:
         return value, correct
 
     def _float_dtype(self):
-        for p in self.model.parameters():
-            return p.data.dtype
-        return np.float32
+        dtype = getattr(self, "_dtype", None)
+        if dtype is None:
+            dtype = next((p.data.dtype for p in self.model.parameters()), np.dtype(np.float32))
+            self._dtype = dtype
+        return dtype
 
     def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
         """Mean loss and accuracy over (x, y), in eval mode without recording a graph."""

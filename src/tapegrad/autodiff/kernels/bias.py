@@ -35,6 +35,11 @@ if numba is not None:
 
     @numba.njit(cache=True, boundscheck=False, nogil=True)
     def _add_channel_bias(x, b, out):  # pragma: no cover - compiled
+        if x.shape[2] == 1:  # a Linear bias: keep the feature loop innermost (vectorised)
+            for p in range(x.shape[0]):
+                for q in range(x.shape[1]):
+                    out[p, q, 0] = x[p, q, 0] + b[q]
+            return
         for p in range(x.shape[0]):
             for q in range(x.shape[1]):
                 bq = b[q]
