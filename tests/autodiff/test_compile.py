@@ -110,7 +110,7 @@ UNARY = [
     lambda t: t.sigmoid(),
     lambda t: t.relu(),
     lambda t: t * t,
-    lambda t: (t * 0.5).exp(),
+    lambda t: (t * 0.5).tanh().exp(),  # bounded: chains of exp must not overflow
     lambda t: t.softmax(axis=-1),
     lambda t: t[:, ::-1] + 1.0,
 ]
@@ -142,7 +142,7 @@ def test_random_graphs_compiled_equal_eager(ops, reduce, seed):
         le = f(tg.tensor(x))
         ge = (w.grad.copy(), b.grad.copy())
         lc = compiled(x)
-        assert le.item() == lc.item()
+        assert np.isfinite(le.item()) and le.item() == lc.item()
         np.testing.assert_array_equal(ge[0], w.grad)
         np.testing.assert_array_equal(ge[1], b.grad)
 
