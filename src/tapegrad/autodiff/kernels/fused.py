@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .pool import window_max
 
     @numba.njit(cache=True, boundscheck=False, nogil=True)
     def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg):  # pragma: no cover - compiled
@@ -43,27 +44,9 @@ if numba is not None:
         for m in range(x.shape[0]):
             for i in range(oh):
                 for j in range(ow):
-                    h0 = i * sh
-                    w0 = j * sw
-                    best = x[m, h0, w0]
-                    bi = 0
-                    nan = False
-                    for a in range(kh):
-                        for b in range(kw):
-                            v = x[m, h0 + a, w0 + b]
-                            nan |= v != v
-                            gt = v > best
-                            best = v if gt else best
-                            bi = (a * kw + b) if gt else bi
-                    if nan:
-                        for q in range(kh * kw):
-                            v = x[m, h0 + q // kw, w0 + q % kw]
-                            if v != v:
-                                best = v
-                                bi = q
-                                break
-                    elif best <= 0:
-                        best = 0
+                    best, bi = window_max(x, m, i * sh, j * sw, kh, kw)
+                    if best <= 0:  # relu(x) is 0 over the whole window: no gradient flows
+                        best = best - best  # +0.0 in x's type, as relu gives
                         bi = 0
                     out[m, i, j] = best
                     arg[m, i, j] = bi
