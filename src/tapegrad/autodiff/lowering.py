@@ -599,3 +599,35 @@ def lower_relu_max_pool(pool_eq, x: np.ndarray, like: np.ndarray) -> Lowered | N
         return gx
 
     return Lowered(out, fwd, [vjp])
+
+
+@lowering("rnn_scan")
+def _rnn_scan(eq, xs, like):
+    from .primitives.recurrent import rnn_scan_backward, rnn_scan_forward
+
+    xp, whh, h0 = xs
+    nl = eq.attrs["nonlinearity"]
+    dt = like.dtype
+    hs = _buf(like)
+    dxp, dwhh = np.empty(xp.shape, dt), np.empty(whh.shape, dt)
+    dh, tmp = np.empty(h0.shape, dt), np.empty(whh.shape, dt)
+    needs = eq.needs
+    outs = (dxp, dwhh, dh)
+    first = next((i for i, n in enumerate(needs) if n), None)
+
+    def make_vjp(i):
+        if i == first:  # one pass backward through time computes every input's gradient
+
+            def vjp(g):
+                rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, needs)
+                return outs[i]
+        else:
+
+            def vjp(g):
+                return outs[i]
+
+        return vjp
+
+    return Lowered(
+        hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs), [make_vjp(i) for i in range(3)]
+    )

@@ -176,16 +176,12 @@ def rnn(
     """
     if nonlinearity not in _NONLIN:
         raise ValueError(f"rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-    act = _NONLIN[nonlinearity]
     xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    whh_t = ops.transpose(weight_hh)
-    h = h0
-    hs = []
-    for xt in _unstack(xp):
-        pre = xt if h is None else xt + ops.matmul(h, whh_t)
-        h = act(pre)
-        hs.append(h)
-    return _stack_outputs(hs, batch_first), h
+    if h0 is None:
+        h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype)
+    hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=nonlinearity)  # (T, N, H), one rule
+    last = hs[xp.shape[0] - 1]
+    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), last
 
 
 def _lstm_step(gx, h, c, whh_t, hidden):
