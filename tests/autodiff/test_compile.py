@@ -199,3 +199,10 @@ def test_replacing_a_parameter_array_retraces():
     assert f(np.ones(3, np.float32)).item() == 3
     w.data = np.full(3, 2, np.float32)  # rebinding (not updating in place) the parameter
     assert f(np.ones(3, np.float32)).item() == 6
+
+
+def test_arguments_that_require_grad_are_refused():
+    f = tg.compile(lambda x: (x * 2).sum())
+    with pytest.raises(tg.TraceError, match="argument 0 requires grad"):
+        f(tg.tensor(np.ones(3, np.float32), requires_grad=True))
+    assert f(tg.tensor(np.ones(3, np.float32))).item() == 6

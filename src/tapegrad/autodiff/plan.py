@@ -541,12 +541,17 @@ class CompiledFunction:
             raise TraceError("compile: a compiled function called while another is tracing")
         trace = Trace()
         call_args, inputs = [], []
+        for k, a in enumerate(args):
+            if isinstance(a, Tensor) and a.requires_grad:
+                raise TraceError(
+                    f"compile: argument {k} requires grad; a compiled function's arguments are "
+                    f"data copied into the plan, so their gradients would be lost. Close over "
+                    f"tensors you differentiate (parameters), or pass .detach()"
+                )
         for a in args:
             if _is_array(a):
                 data = a.data if isinstance(a, Tensor) else a
-                t = Tensor._make(
-                    np.array(data, copy=True), None, bool(isinstance(a, Tensor) and a.requires_grad)
-                )
+                t = Tensor._make(np.array(data, copy=True), None, False)
                 trace.inputs.append(trace.new_var(t))
                 inputs.append(t)
                 call_args.append(t)
