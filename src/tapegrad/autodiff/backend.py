@@ -17,8 +17,6 @@ ndarray = np.ndarray
 DEFAULT_DTYPE = np.dtype(np.float32)
 """Tensors made from Python numbers or lists are float32 unless a dtype is given."""
 
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
 
 def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum ``g`` down to ``shape``: the adjoint of broadcasting ``shape`` up to ``g.shape``

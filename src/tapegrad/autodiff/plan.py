@@ -37,7 +37,7 @@ VAR, EXT, CONST = 0, 1, 2
 class Eq:
     """One recorded primitive call."""
 
-    __slots__ = ("prim", "ins", "attrs", "out", "needs", "kernel")
+    __slots__ = ("prim", "ins", "attrs", "out", "needs")
 
     def __init__(self, prim, ins, attrs, out, needs):
         self.prim = prim
@@ -45,7 +45,6 @@ class Eq:
         self.attrs = attrs
         self.out = out  # var index of the output
         self.needs = needs  # per input: does a gradient flow to it
-        self.kernel = None
 
 
 class Backward:

@@ -104,15 +104,9 @@ def max_pool2d(x: ArrayLike, kernel_size, stride=None) -> Tensor:
 
 def embedding(indices, weight: Tensor) -> Tensor:
     """Rows of ``weight (num, dim)`` picked by integer ``indices``, giving shape
-    ``indices.shape + (dim,)``. Repeated indices accumulate their gradients."""
-    idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
-    num = weight.shape[0]
-    if idx.size and (idx.min() < 0 or idx.max() >= num):
-        bad = idx[(idx < 0) | (idx >= num)].ravel()[0]
-        raise IndexError(f"embedding: index {bad} is out of range for a table of {num} rows")
-    return ops.embedding(weight, idx)
+    ``indices.shape + (dim,)``. Repeated indices accumulate their gradients. Non-integer or
+    out-of-range indices raise (checked by the primitive's wrapper)."""
+    return ops.embedding(weight, indices)
 
 
 # -- recurrent ---------------------------------------------------------------------------------

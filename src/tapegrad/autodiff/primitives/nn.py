@@ -53,10 +53,6 @@ def _data(x):
     return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
 
 
-def _out_size(size: int, k: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - k) // stride + 1
-
-
 def _offset_slices(offsets, stride, out_shape) -> tuple:
     """Index of the elements that kernel offset ``offsets`` meets at every output position."""
     return (slice(None), slice(None)) + tuple(

@@ -131,11 +131,6 @@ def broadcast_to(x, shape):
 
 
 # -- getitem -----------------------------------------------------------------------------------
-def _is_advanced(index) -> bool:
-    parts = index if isinstance(index, tuple) else (index,)
-    return any(isinstance(p, (np.ndarray, list)) for p in parts)
-
-
 def _getitem_vjp(g, out, x, index):
     gx = np.zeros(x.shape, dtype=g.dtype)
     parts = index if isinstance(index, tuple) else (index,)
