@@ -96,7 +96,7 @@ def _parse(raw: BinaryIO, name: str, ndim: int, max_bytes: int) -> np.ndarray:
     count = 1
     for s in shape:
         count *= s
-    if count > max_bytes:
+    if count > max_bytes or max(shape, default=0) > max_bytes:  # a 0 elsewhere hides a lie
         raise DatasetError(
             f"{name}: IDX header claims shape {shape} = {count} bytes, above the "
             f"{max_bytes}-byte limit (corrupt header?)"
