@@ -206,3 +206,41 @@ def test_arguments_that_require_grad_are_refused():
     with pytest.raises(tg.TraceError, match="argument 0 requires grad"):
         f(tg.tensor(np.ones(3, np.float32), requires_grad=True))
     assert f(tg.tensor(np.ones(3, np.float32))).item() == 6
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_lowered_losses_equal_eager_for_every_reduction(reduction):
+    rng = np.random.default_rng(3)
+    w = tg.tensor(rng.normal(size=(6, 5)).astype(np.float32), requires_grad=True)
+
+    def step(x, y, t):
+        z = x @ w
+        ce = nn.functional.cross_entropy(z, y, reduction=reduction)
+        bce = nn.functional.binary_cross_entropy_with_logits(z, t, reduction=reduction)
+        loss = ce.sum() + bce.sum()
+        w.grad = None
+        loss.backward()
+        return ce, bce
+
+    compiled = tg.compile(step)
+    for _ in range(3):
+        x = rng.normal(size=(7, 6)).astype(np.float32)
+        y = rng.integers(0, 5, 7)
+        t = rng.uniform(0, 1, (7, 5)).astype(np.float32)
+        ce_e, bce_e = step(tg.tensor(x), y, t)
+        grad_e = w.grad.copy()
+        ce_c, bce_c = compiled(x, y, t)
+        np.testing.assert_array_equal(ce_e.data, ce_c.data)
+        np.testing.assert_array_equal(bce_e.data, bce_c.data)
+        np.testing.assert_array_equal(grad_e, w.grad)
+    plan = next(iter(compiled.plans.values()))
+    lowered = {e.prim.name for v, e in plan.eq_of.items() if v in plan.lowered}
+    assert {"softmax_cross_entropy", "bce_with_logits"} <= lowered
+
+
+def test_class_id_out_of_range_raises_on_replay():
+    w = tg.tensor(np.ones((3, 4), np.float32), requires_grad=True)
+    f = tg.compile(lambda x, y: nn.functional.cross_entropy(x @ w, y))
+    f(np.ones((2, 3), np.float32), np.array([0, 3]))
+    with pytest.raises(tg.ShapeError, match=r"class id 4 is out of range \[0, 4\)"):
+        f(np.ones((2, 3), np.float32), np.array([4, 1]))

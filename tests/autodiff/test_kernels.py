@@ -71,3 +71,58 @@ def test_fused_relu_max_pool_matches_reference(shape, kernel, stride):
         np.testing.assert_array_equal(gx, gx_ref)
     else:  # overlapping windows: the reference adds per offset, the kernel per window
         np.testing.assert_allclose(gx, gx_ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,c", [(1, 1), (1, 7), (5, 3), (100, 10)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_softmax_cross_entropy_kernels_match_reference(n, c, dtype, per_row):
+    from tapegrad.autodiff.kernels import loss as K
+
+    rng = np.random.default_rng(n * c)
+    x = (rng.normal(size=(n, c)) * 20).astype(dtype)  # wide logits: exp would overflow unshifted
+    t = rng.integers(0, c, n).astype(np.int32 if per_row else np.int64)
+    p, per, p_ref, per_ref = (np.empty(s, dtype) for s in [(n, c), n, (n, c), n])
+    total = K.softmax_ce_forward(x, t, p, per)
+    total_ref = K.softmax_ce_forward_reference(x, t, p_ref, per_ref)
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(p, p_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(per, per_ref, rtol=tol, atol=tol)
+    assert total == pytest.approx(total_ref, rel=tol)
+    k = rng.normal(size=n if per_row else 1).astype(dtype)
+    gx, gx_ref = np.empty_like(x), np.empty_like(x)
+    K.softmax_ce_backward(p, t, k, gx)
+    K.softmax_ce_backward_reference(p, t, k, gx_ref)
+    np.testing.assert_allclose(gx, gx_ref, rtol=tol, atol=tol)
+
+
+def test_softmax_cross_entropy_kernel_refuses_out_of_range_ids():
+    from tapegrad.autodiff.kernels.loss import softmax_ce_forward
+
+    x = np.zeros((3, 4), np.float32)
+    p, per = np.empty_like(x), np.empty(3, np.float32)
+    for bad in (4, -1):
+        with pytest.raises(IndexError, match="out of range"):
+            softmax_ce_forward(x, np.array([0, bad, 1]), p, per)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (64,), (3, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bce_kernels_match_reference(shape, dtype):
+    from tapegrad.autodiff.kernels import loss as K
+
+    rng = np.random.default_rng(len(shape))
+    x = (rng.normal(size=shape) * 30).astype(dtype)  # far into both tails
+    t = rng.uniform(0, 1, shape).astype(dtype)
+    sig, per, sig_ref, per_ref = (np.empty(shape, dtype) for _ in range(4))
+    total = K.bce_forward(x, t, sig, per)
+    total_ref = K.bce_forward_reference(x, t, sig_ref, per_ref)
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(sig, sig_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(per, per_ref, rtol=tol, atol=tol)
+    assert total == pytest.approx(total_ref, rel=tol, abs=tol)
+    for k in (np.array([0.25], dtype), rng.normal(size=x.size).astype(dtype)):
+        gx, gx_ref = np.empty_like(x), np.empty_like(x)
+        K.bce_backward(sig, t, k, gx)
+        K.bce_backward_reference(sig, t, k, gx_ref)
+        np.testing.assert_allclose(gx, gx_ref, rtol=tol, atol=tol)

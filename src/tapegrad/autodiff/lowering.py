@@ -17,7 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .errors import ShapeError
 from .kernels import add_channel_bias, add_into, scatter_add_rows
+from .kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 
 
 class Lowered:
@@ -367,39 +369,42 @@ def _max_pool(eq, xs, like):
     )
 
 
+def _loss_multiplier(reduction: str, count: int, k: np.ndarray):
+    """Writes the output gradient into ``k`` as the loss kernels take it (see kernels.loss)."""
+    if reduction == "mean":
+        return lambda g: np.divide(g, count, out=k)
+    return lambda g: np.copyto(k, np.reshape(g, -1))
+
+
 @lowering("softmax_cross_entropy")
 def _cross_entropy(eq, xs, like):
     logits, target = xs
-    if eq.attrs["reduction"] != "mean" or target.dtype.kind not in "iu" or logits.ndim != 2:
-        return None
+    reduction = eq.attrs["reduction"]
+    if target.dtype.kind not in "iu" or logits.ndim != 2:
+        return None  # probability targets: the generic rule
     n, c = logits.shape
     dt = logits.dtype
-    m, s = np.empty((n, 1), dt), np.empty((n, 1), dt)
-    z, p = np.empty((n, c), dt), np.empty((n, c), dt)
-    picked, loss = np.empty((n, 1), dt), np.empty(n, dt)
-    out = _buf(like)
-    rows = np.arange(n)
-    col = target.reshape(n, 1)
-    gx = np.empty((n, c), dt)
-    k = np.empty((), dt)
+    p, per, gx = np.empty((n, c), dt), np.empty(n, dt), np.empty((n, c), dt)
+    out = per if reduction == "none" else _buf(like)
+    k = np.empty(n if reduction == "none" else 1, dt)
+    scale = _loss_multiplier(reduction, n, k)
     count = max(n, 1)
 
-    def fwd():  # the eager forward's steps, into buffers
-        np.max(logits, axis=1, keepdims=True, out=m)
-        np.subtract(logits, m, out=z)
-        np.exp(z, out=p)
-        np.sum(p, axis=1, keepdims=True, out=s)
-        np.divide(p, s, out=p)
-        np.log(s, out=s)  # s now holds the log-sum-exp of z
-        np.copyto(picked, np.take_along_axis(z, col, axis=1))
-        np.subtract(s[:, 0], picked[:, 0], out=loss)
-        out[...] = np.sum(loss) / count
+    def fwd():  # the eager rule's kernel call, into buffers
+        try:
+            total = softmax_ce_forward(logits, target, p, per)
+        except IndexError:
+            bad = target[(target < 0) | (target >= c)][0]
+            raise ShapeError(
+                f"softmax_cross_entropy: class id {int(bad)} is out of range [0, {c}) for "
+                f"logits {logits.shape}"
+            ) from None
+        if reduction != "none":
+            out[...] = total / count if reduction == "mean" else total
 
     def vjp(g):
-        np.copyto(gx, p)
-        gx[rows, target] -= 1
-        np.divide(g, count, out=k)
-        np.multiply(gx, k, out=gx)
+        scale(g)
+        softmax_ce_backward(p, target, k, gx)
         return gx
 
     return Lowered(out, fwd, [vjp, None])
@@ -408,33 +413,25 @@ def _cross_entropy(eq, xs, like):
 @lowering("bce_with_logits")
 def _bce(eq, xs, like):
     logits, target = xs
-    if eq.attrs["reduction"] != "mean" or eq.needs[1]:
+    reduction = eq.attrs["reduction"]
+    if eq.needs[1] or not (logits.flags.c_contiguous and target.flags.c_contiguous):
         return None
     dt = logits.dtype
-    e, loss, tmp, sig = (np.empty(logits.shape, dt) for _ in range(4))
-    out = _buf(like)
-    gx = np.empty(logits.shape, dt)
-    k = np.empty((), dt)
+    sig, per, gx = (np.empty(logits.shape, dt) for _ in range(3))
+    out = per if reduction == "none" else _buf(like)
+    k = np.empty(logits.size if reduction == "none" else 1, dt)
+    scale = _loss_multiplier(reduction, logits.size, k)
     count = max(logits.size, 1)
 
     def fwd():
-        np.abs(logits, out=e)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        np.maximum(logits, 0, out=loss)
-        np.multiply(logits, target, out=tmp)
-        np.subtract(loss, tmp, out=loss)
-        np.log1p(e, out=tmp)
-        np.add(loss, tmp, out=loss)
-        np.copyto(sig, np.where(logits >= 0, 1, e))
-        np.add(e, 1, out=tmp)
-        np.divide(sig, tmp, out=sig)
-        out[...] = np.sum(loss) / count
+        total = bce_forward(logits, target, sig, per)
+        if reduction != "none":
+            out[...] = total / count if reduction == "mean" else total
 
     def vjp(g):
-        np.subtract(sig, target, out=gx)
-        np.divide(g, count, out=k)
-        return np.multiply(gx, k, out=gx)
+        scale(g)
+        bce_backward(sig, target, k, gx)
+        return gx
 
     return Lowered(out, fwd, [vjp, None])
 

@@ -17,7 +17,9 @@ the batch; the only Python loops run over kernel offsets.
   table with a compiled loop (``kernels.scatter``), so repeated indices accumulate.
 * Losses: softmax cross-entropy (class ids or probability targets) from a max-subtracted
   log-sum-exp, saving the softmax for the (softmax - target) backward; binary cross-entropy on
-  logits as ``max(x, 0) - x*t + log1p(exp(-|x|))``, saving the sigmoid.
+  logits as ``max(x, 0) - x*t + log1p(exp(-|x|))``, saving the sigmoid. Class-id
+  cross-entropy and BCE run as one compiled loop each way (``kernels.loss``), the same calls
+  compiled plans make.
 
 The public wrappers check shapes, ranks, dtypes and ranges and raise :class:`ShapeError` naming
 the op, the expected and the actual values; the primitives assume checked input.
@@ -33,6 +35,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DTypeError, ShapeError
 from ..kernels import max_pool_backward, max_pool_forward, scatter_add_rows
+from ..kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from . import samples as S
 from .registry import Sample, primitive
 
@@ -482,18 +485,34 @@ def _scale(g, reduction: str, count: int):
     return g
 
 
+def _reduced(total: float, per, reduction: str, count: int, dtype):
+    """The reduced loss from the kernels' float64 sum of per-sample losses ``per``."""
+    if reduction == "mean":
+        return np.asarray(total / max(count, 1), dtype=dtype)
+    if reduction == "sum":
+        return np.asarray(total, dtype=dtype)
+    return per
+
+
+def _multiplier(g, reduction: str, count: int) -> np.ndarray:
+    """The output gradient as the loss kernels take it: (1,), or one value per sample."""
+    return np.reshape(_scale(g, reduction, count), -1)
+
+
 def _ce_fwd(logits, target, reduction):
+    if target.dtype.kind in "iu":  # the compiled kernel, the same one compiled plans call
+        p = np.empty(logits.shape, logits.dtype)
+        per = np.empty(logits.shape[0], logits.dtype)
+        total = softmax_ce_forward(logits, target, p, per)
+        return _reduced(total, per, reduction, len(per), logits.dtype), (p, None)
     m = np.max(logits, axis=1, keepdims=True)
     z = logits - m
     p = np.exp(z)
     s = np.sum(p, axis=1, keepdims=True)
     p /= s
     lse = np.log(s)  # log-sum-exp of z, (N, 1)
-    if target.dtype.kind in "iu":
-        loss = lse[:, 0] - np.take_along_axis(z, target[:, None], axis=1)[:, 0]
-    else:
-        z -= lse  # log-softmax
-        loss = -np.sum(target * z, axis=1)
+    z -= lse  # log-softmax
+    loss = -np.sum(target * z, axis=1)
     lse += m  # log-sum-exp of the logits, for the target gradient
     if reduction == "mean":
         loss = np.asarray(np.sum(loss) / max(len(loss), 1), dtype=logits.dtype)
@@ -504,13 +523,13 @@ def _ce_fwd(logits, target, reduction):
 
 def _ce_vjp_logits(g, out, logits, target, reduction, aux):
     p, _ = aux
-    k = _scale(g, reduction, logits.shape[0])
     if target.dtype.kind in "iu":
-        gx = p.copy()
-        gx[np.arange(len(target)), target] -= 1
-    else:
-        gx = p * np.sum(target, axis=1, keepdims=True)
-        gx -= target
+        gx = np.empty(p.shape, p.dtype)
+        softmax_ce_backward(p, target, _multiplier(g, reduction, len(p)), gx)
+        return gx
+    k = _scale(g, reduction, logits.shape[0])
+    gx = p * np.sum(target, axis=1, keepdims=True)
+    gx -= target
     gx *= k[:, None] if reduction == "none" else k
     return gx
 
@@ -608,22 +627,15 @@ def softmax_cross_entropy(logits, target, reduction: str = "mean"):
 
 
 def _bce_fwd(logits, target, reduction):
-    e = np.exp(-np.abs(logits))
-    loss = np.maximum(logits, 0)
-    loss -= logits * target
-    loss += np.log1p(e)
-    sig = np.where(logits >= 0, 1, e)
-    sig /= 1 + e
-    if reduction == "mean":
-        loss = np.asarray(np.sum(loss) / max(loss.size, 1), dtype=logits.dtype)
-    elif reduction == "sum":
-        loss = np.asarray(np.sum(loss), dtype=logits.dtype)
-    return loss, sig
+    sig = np.empty(logits.shape, logits.dtype)
+    per = np.empty(logits.shape, logits.dtype)
+    total = bce_forward(logits, target, sig, per)  # the kernel compiled plans call too
+    return _reduced(total, per, reduction, per.size, logits.dtype), sig
 
 
 def _bce_vjp_logits(g, out, logits, target, reduction, aux):
-    gx = aux - target
-    gx *= _scale(g, reduction, logits.size)
+    gx = np.empty(aux.shape, aux.dtype)
+    bce_backward(aux, target, _multiplier(g, reduction, logits.size), gx)
     return gx
 
 
