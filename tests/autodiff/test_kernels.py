@@ -126,3 +126,24 @@ def test_bce_kernels_match_reference(shape, dtype):
         K.bce_backward(sig, t, k, gx)
         K.bce_backward_reference(sig, t, k, gx_ref)
         np.testing.assert_allclose(gx, gx_ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(400, 64), (1, 5), (7, 3), (0, 4), (100, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sum_rows_matches_reference(shape, dtype):
+    from tapegrad.autodiff.kernels.reduce import sum_rows, sum_rows_reference
+
+    rng = np.random.default_rng(shape[0])
+    x = (rng.normal(size=shape) * rng.uniform(0, 1e3, size=shape)).astype(dtype)
+    out, ref = np.empty(shape[1], dtype), np.empty(shape[1], dtype)
+    sum_rows(x, out)
+    sum_rows_reference(x, ref)
+    if shape[1] > 1:  # NumPy adds rows in order too: the same bits
+        np.testing.assert_array_equal(out, ref)
+    else:  # a single column NumPy sums pairwise
+        np.testing.assert_allclose(out, ref, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    strided = np.asfortranarray(x)[::-1]  # any layout: the rows still add in order
+    sum_rows(strided, out)
+    np.testing.assert_allclose(
+        out, x[::-1].sum(axis=0), rtol=1e-4 if dtype == np.float32 else 1e-12, atol=1e-3
+    )

@@ -20,6 +20,8 @@ import numpy as np
 from .errors import ShapeError
 from .kernels import add_channel_bias, add_into, scatter_add_rows
 from .kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
+from .kernels.reduce import sum_rows
+from .primitives.linalg import transposed_layout
 
 
 class Lowered:
@@ -51,6 +53,15 @@ def make_unbroadcast(gshape: tuple, shape: tuple, dtype) -> Callable:
     if gshape == shape:
         return lambda g: g
     extra = len(gshape) - len(shape)
+    if len(gshape) == 2 and tuple(shape) in ((gshape[1],), (1, gshape[1])):
+        rows = np.empty(gshape[1], dtype)  # the bias case, as backend.unbroadcast does it
+        rows_out = rows.reshape(shape)
+
+        def sum_leading(g):
+            sum_rows(g, rows)
+            return rows_out
+
+        return sum_leading
     lead = tuple(range(extra))
     mid_shape = gshape[extra:]
     buf1 = np.empty(mid_shape, dtype) if extra else None
@@ -282,7 +293,15 @@ def _matmul(eq, xs, like):
     ga = np.empty(a.shape, like.dtype)
     bt = b.T
     at = np.swapaxes(a, -1, -2)
-    if a.ndim == 2:
+    if a.ndim == 2 and transposed_layout(b):  # the gradient in b's layout, as eager
+        gbt = np.empty(b.shape[::-1], like.dtype)
+        gb = gbt.T
+
+        def vjp_b(g):
+            np.matmul(g.T, a, out=gbt)
+            return gb
+
+    elif a.ndim == 2:
         gb = np.empty(b.shape, like.dtype)
         vjp_b = lambda g: np.matmul(at, g, out=gb)  # noqa: E731
     else:  # batch dims broadcast against a matrix: sum the per-batch products, as eager does
