@@ -625,7 +625,7 @@ def _rnn_scan(eq, xs, like):
     nl = eq.attrs["nonlinearity"]
     dt = like.dtype
     hs = _buf(like)
-    dxp, dwhh = np.empty(xp.shape, dt), np.empty(whh.shape, dt)
+    dxp, dwhh = np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt)
     dh, tmp = np.empty(h0.shape, dt), np.empty(whh.shape, dt)
     needs = eq.needs
     outs = (dxp, dwhh, dh)

@@ -114,11 +114,15 @@ _NONLIN = {"tanh": ops.tanh, "relu": ops.relu}
 
 
 def _time_major_projection(x, weight_ih, bias, batch_first: bool):
-    """``x @ W_ih^T + bias`` for every step at once, as a ``(T, N, G)`` tensor."""
+    """``x @ W_ih^T + bias`` for every step at once, as a ``(T, N, G)`` tensor.
+
+    A batch-first input is projected in its own layout (a free reshape to one matrix) and the
+    result viewed time-major: the scans write their input gradient in that layout too, so no
+    step copies the input or the gradient into time-major order."""
     if x.ndim != 3:
         raise ShapeError(f"recurrent: input must be 3-D (batch, time, features), got {x.shape}")
-    xt = ops.permute(x, (1, 0, 2)) if batch_first else x
-    return linear(xt, weight_ih, bias)
+    xp = linear(x, weight_ih, bias)
+    return ops.permute(xp, (1, 0, 2)) if batch_first else xp
 
 
 def _unstack(x: Tensor) -> list[Tensor]:

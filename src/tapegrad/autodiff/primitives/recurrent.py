@@ -62,7 +62,7 @@ def _forward(xp, whh, h0, nonlinearity):
 
 
 def _vjp(g, hs, needs, xp, whh, h0, nonlinearity):
-    dxp = np.empty(xp.shape, dtype=g.dtype)
+    dxp = np.empty_like(xp, dtype=g.dtype)  # in xp's memory layout (batch-major, usually)
     dwhh = np.empty(whh.shape, dtype=g.dtype)
     dh = np.empty(h0.shape, dtype=g.dtype)
     tmp = np.empty(whh.shape, dtype=g.dtype)
