@@ -130,7 +130,7 @@ if numba is not None:
     def _exp(x):  # pragma: no cover - replaced by the overload inside compiled code
         raise NotImplementedError
 
-    @overload(_exp, inline="always")
+    @overload(_exp)
     def _exp_impl(x):
         if x == types.float32:
             F, I = np.float32, np.int32
@@ -159,11 +159,11 @@ if numba is not None:
 
         return impl
 
-    @numba.njit(inline="always")
+    @numba.njit
     def _sigmoid(x, one):  # pragma: no cover - compiled
         return one / (one + _exp(-x))
 
-    @numba.njit(inline="always")
+    @numba.njit
     def _tanh(x, one):  # pragma: no cover - compiled
         return one - (one + one) / (one + _exp(x + x))
 
