@@ -647,3 +647,69 @@ def _rnn_scan(eq, xs, like):
     return Lowered(
         hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs), [make_vjp(i) for i in range(3)]
     )
+
+
+def _scan_vjps(needs, outs, backward):
+    """One VJP closure per input; the first input needing a gradient runs the one backward
+    pass through time that fills every input's gradient buffer, the others hand theirs out."""
+    first = next((i for i, n in enumerate(needs) if n), None)
+
+    def make_vjp(i):
+        if i == first:
+
+            def vjp(g):
+                backward(g)
+                return outs[i]
+        else:
+
+            def vjp(g):
+                return outs[i]
+
+        return vjp
+
+    return [make_vjp(i) for i in range(len(outs))]
+
+
+@lowering("lstm_scan")
+def _lstm_scan(eq, xs, like):
+    from .primitives.recurrent import lstm_scan_backward, lstm_scan_buffers, lstm_scan_forward
+
+    xp, whh, h0, c0 = xs
+    dt = like.dtype
+    out = _buf(like)
+    act, tc, hw = lstm_scan_buffers(xp)
+    dxp, dwhh, tmp = np.empty(xp.shape, dt), np.empty(whh.shape, dt), np.empty(whh.shape, dt)
+    dh, dc = np.empty(h0.shape, dt), np.empty(c0.shape, dt)
+    needs = eq.needs
+
+    def backward(g):
+        lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
+
+    return Lowered(
+        out,
+        lambda: lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw),
+        _scan_vjps(needs, (dxp, dwhh, dh, dc), backward),
+    )
+
+
+@lowering("gru_scan")
+def _gru_scan(eq, xs, like):
+    from .primitives.recurrent import gru_scan_backward, gru_scan_buffers, gru_scan_forward
+
+    xp, whh, bhh, h0 = xs
+    dt = like.dtype
+    hs = _buf(like)
+    act, hw = gru_scan_buffers(xp)
+    dxp, dhw = np.empty(xp.shape, dt), np.empty(xp.shape, dt)
+    dwhh, tmp, dbhh = np.empty(whh.shape, dt), np.empty(whh.shape, dt), np.empty(bhh.shape, dt)
+    dh, dhd = np.empty(h0.shape, dt), np.empty(h0.shape, dt)
+    needs = eq.needs
+
+    def backward(g):
+        gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, needs)
+
+    return Lowered(
+        hs,
+        lambda: gru_scan_forward(xp, whh, bhh, h0, hs, act, hw),
+        _scan_vjps(needs, (dxp, dwhh, dbhh, dh), backward),
+    )

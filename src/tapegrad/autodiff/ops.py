@@ -34,7 +34,7 @@ from .primitives.elementwise import (  # noqa: F401
 )
 from .primitives.linalg import matmul  # noqa: F401
 from .primitives.nn import *  # noqa: F401,F403
-from .primitives.recurrent import rnn_scan  # noqa: F401
+from .primitives.recurrent import gru_scan, lstm_scan, rnn_scan  # noqa: F401
 from .primitives.reduce import (  # noqa: F401
     log_softmax,
     logsumexp,

@@ -125,28 +125,10 @@ def _time_major_projection(x, weight_ih, bias, batch_first: bool):
     return ops.permute(xp, (1, 0, 2)) if batch_first else xp
 
 
-def _unstack(x: Tensor) -> list[Tensor]:
-    """``[x[0], x[1], ...]`` along the first (time) axis, split by halving.
-
-    Slicing one step at a time would cost O(T^2) in the backward pass, because each slice's
-    gradient is a zero array the size of ``x``; halving makes each level of the split cost one
-    ``x``-sized array, O(T log T) in all.
-    """
-    T = x.shape[0]
-    if T <= 4:
-        return [x[t] for t in range(T)]
-    mid = T // 2
-    return _unstack(x[:mid]) + _unstack(x[mid:])
-
-
 def _bias_sum(b1, b2):
     if b1 is None:
         return b2
     return b1 if b2 is None else b1 + b2
-
-
-def _stack_outputs(hs: list, batch_first: bool) -> Tensor:
-    return ops.stack(hs, axis=1 if batch_first else 0)
 
 
 def rnn_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh"):
@@ -214,15 +196,14 @@ def lstm(
     Weights stack the gates as ``[i; f; g; o]`` (``weight_ih (4H, I)``, ``weight_hh (4H, H)``);
     ``c' = f*c + i*g``, ``h' = o*tanh(c')``. ``state`` defaults to zeros.
     """
-    H = weight_hh.shape[1]
     xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    whh_t = ops.transpose(weight_hh)
-    h, c = (None, None) if state is None else state
-    hs = []
-    for xt in _unstack(xp):
-        h, c = _lstm_step(xt, h, c, whh_t, H)
-        hs.append(h)
-    return _stack_outputs(hs, batch_first), (h, c)
+    T, N = xp.shape[0], xp.shape[1]
+    if state is None:
+        zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
+        state = (zeros, zeros)
+    out = ops.lstm_scan(xp, weight_hh, *state)  # (2, T, N, H): hidden and cell states
+    hs = out[0]
+    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), (hs[T - 1], out[1, T - 1])
 
 
 def _gru_step(gx, h, whh_t, bias_hh, hidden):
@@ -264,15 +245,14 @@ def gru(
     ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``.
     ``b_hh`` stays inside the recurrence because ``r`` multiplies its ``n`` part.
     """
-    H = weight_hh.shape[1]
     xp = _time_major_projection(x, weight_ih, bias_ih, batch_first)
-    whh_t = ops.transpose(weight_hh)
-    h = h0
-    hs = []
-    for xt in _unstack(xp):
-        h = _gru_step(xt, h, whh_t, bias_hh, H)
-        hs.append(h)
-    return _stack_outputs(hs, batch_first), h
+    G = weight_hh.shape[0]
+    if h0 is None:
+        h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)
+    if bias_hh is None:
+        bias_hh = np.zeros(G, dtype=xp.dtype)
+    hs = ops.gru_scan(xp, weight_hh, bias_hh, h0)  # (T, N, H), one rule
+    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), hs[xp.shape[0] - 1]
 
 
 # -- losses ------------------------------------------------------------------------------------

@@ -1,19 +1,42 @@
-"""The Elman recurrence as one primitive: every time step forward, backward through time in its
-VJP. Composing it from per-step slices, matmuls, adds and stacks gives the same values, but
-costs a graph node (and, in compiled plans, a kernel call and a gradient delivery) per piece
-per step, and a full-size zero gradient per slice; as one primitive it is a loop over time
-inside one rule.
+"""The Elman, LSTM and GRU recurrences as one primitive each: every time step forward,
+backward through time in the VJP. Composing them from per-step slices, matmuls, adds and
+stacks gives the same values, but costs a graph node (and, in compiled plans, a kernel call
+and a gradient delivery) per piece per step, and a full-size zero gradient per slice; as one
+primitive each is a loop over time inside one rule.
 
     hs[t] = act(xp[t] + hs[t-1] @ whh.T),  hs[-1] = h0,  act in {tanh, relu}
 
 ``xp`` (T, N, H) is the input projection with both biases already added (one matmul for all
 steps, outside), ``whh`` (H, H), ``h0`` (N, H).
+
+``lstm_scan(xp, whh, h0, c0)``: ``xp`` (T, N, 4H) with both biases added, gates ``[i; f; g; o]``,
+``c' = f*c + i*g``, ``h' = o*tanh(c')``. Its output (2, T, N, H) stacks the hidden states
+(``out[0]``) and the cell states (``out[1]``), so one output carries both the sequence and the
+final ``(h, c)``; slicing it is cheap and its gradient flows through the usual getitem rule.
+
+``gru_scan(xp, whh, bhh, h0)``: ``xp`` (T, N, 3H) with the input bias added, gates ``[r; z; n]``,
+``r, z = sigmoid(xp_rz + h @ W_hrz^T + b_hrz)``, ``n = tanh(xp_n + r * (h @ W_hn^T + b_hn))``,
+``h' = (1 - z) * n + z * h``; ``bhh`` (3H,) stays inside because ``r`` multiplies its n part.
+Output: the hidden states (T, N, H).
+
+Per step, the recurrent product is one BLAS call into a buffer and all the gate math one
+compiled kernel (``kernels/recurrent.py``); backward through time computes every input's
+gradient in one pass, and the recurrent weight's gradient as one product over all steps at
+the end (the gate gradients of every step are kept anyway: they are the input projection's
+gradient). Compiled plans (``lowering.py``) call these same functions over their buffers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ShapeError
+from ..kernels.recurrent import (
+    gru_backward_step,
+    gru_forward_step,
+    lstm_backward_step,
+    lstm_forward_step,
+)
 from . import samples as S
 from .registry import Sample, primitive
 
@@ -100,4 +123,232 @@ rnn_scan = primitive(
     doc="The Elman recurrence over all time steps: hs[t] = act(xp[t] + hs[t-1] @ whh.T).",
 )
 
-__all__ = ["rnn_scan"]
+
+# -- LSTM ----------------------------------------------------------------------------------------
+def _check_states(name: str, xp, whh, gates: int, states: dict) -> None:
+    if xp.ndim != 3 or whh.ndim != 2 or xp.shape[2] != gates * whh.shape[1]:
+        raise ShapeError(
+            f"{name}: expected xp (T, N, {gates}H) and whh ({gates}H, H), got xp {xp.shape} "
+            f"and whh {whh.shape}"
+        )
+    if whh.shape[0] != xp.shape[2]:
+        raise ShapeError(f"{name}: whh must be ({xp.shape[2]}, H), got {whh.shape}")
+    want = (xp.shape[1], whh.shape[1])
+    for k, v in states.items():
+        if v.shape != want:
+            raise ShapeError(f"{name}: {k} must have shape {want}, got {v.shape}")
+
+
+def lstm_scan_buffers(xp: np.ndarray) -> tuple:
+    """The forward's saved arrays: gate activations (T, N, 4H), ``tanh(c)`` (T, N, H), and the
+    per-step scratch for ``h @ whh.T`` (N, 4H)."""
+    T, N, G = xp.shape
+    return (
+        np.empty((T, N, G), xp.dtype),
+        np.empty((T, N, G // 4), xp.dtype),
+        np.empty((N, G), xp.dtype),
+    )
+
+
+def lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw) -> None:
+    """Fill ``out`` (2, T, N, H) with the hidden and cell states, ``act``/``tc`` with what the
+    backward pass reads; ``hw`` (N, 4H) is scratch."""
+    whh_t = whh.T
+    hs, cs = out[0], out[1]
+    h, c = h0, c0
+    for t in range(xp.shape[0]):
+        np.matmul(h, whh_t, out=hw)
+        lstm_forward_step(xp[t], hw, c, hs[t], cs[t], act[t], tc[t])
+        h, c = hs[t], cs[t]
+
+
+def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs) -> None:
+    """Backward through time. ``g`` (2, T, N, H) is the output's gradient. Fills ``dxp``
+    (T, N, 4H, the gate pre-activation gradients), ``dwhh`` when ``needs[1]``, and ``dh``/``dc``
+    (N, H) with the gradients of ``h0``/``c0``; ``tmp`` (4H, H) is scratch."""
+    T, H = dxp.shape[0], dh.shape[1]
+    hs, cs = out[0], out[1]
+    dh.fill(0)
+    dc.fill(0)
+    for t in range(T - 1, -1, -1):
+        lstm_backward_step(g[0, t], g[1, t], act[t], tc[t], cs[t - 1] if t else c0, dh, dc, dxp[t])
+        if t or needs[2]:
+            np.matmul(dxp[t], whh, out=dh)
+    if needs[1]:
+        _recurrent_weight_grad(dxp, hs, h0, dwhh, tmp, H)
+
+
+def _recurrent_weight_grad(dpre, hs, h0, dwhh, tmp, H) -> None:
+    """``dwhh = sum_t dpre[t].T @ h_{t-1}``: one product for step 0 (against h0), one for all
+    later steps at once (against hs[:-1], contiguous)."""
+    np.matmul(dpre[0].T, h0, out=dwhh)
+    if dpre.shape[0] > 1:
+        G = dpre.shape[2]
+        np.matmul(dpre[1:].reshape(-1, G).T, hs[:-1].reshape(-1, H), out=tmp)
+        np.add(dwhh, tmp, out=dwhh)
+
+
+def _lstm_forward(xp, whh, h0, c0):
+    _check_states("lstm_scan", xp, whh, 4, {"h0": h0, "c0": c0})
+    T, N, G = xp.shape
+    out = np.empty((2, T, N, G // 4), xp.dtype)
+    act, tc, hw = lstm_scan_buffers(xp)
+    lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw)
+    return out, (act, tc)
+
+
+def _lstm_vjp(g, out, needs, xp, whh, h0, c0, aux):
+    act, tc = aux
+    dt = g.dtype
+    dxp = np.empty(xp.shape, dt)
+    dwhh, tmp = np.empty(whh.shape, dt), np.empty(whh.shape, dt)
+    dh, dc = np.empty(h0.shape, dt), np.empty(c0.shape, dt)
+    lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
+    return [
+        dxp if needs[0] else None,
+        dwhh if needs[1] else None,
+        dh if needs[2] else None,
+        dc if needs[3] else None,
+    ]
+
+
+def _sig(z):
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def _lstm_reference(xp, whh, h0, c0):
+    H = whh.shape[1]
+    h, c, hs, cs = h0, c0, [], []
+    for t in range(xp.shape[0]):
+        z = xp[t] + np.einsum("nk,gk->ng", h, whh)
+        i, f, o = _sig(z[:, :H]), _sig(z[:, H : 2 * H]), _sig(z[:, 3 * H :])
+        c = f * c + i * np.tanh(z[:, 2 * H : 3 * H])
+        h = o * np.tanh(c)
+        hs.append(h)
+        cs.append(c)
+    return np.array([hs, cs])
+
+
+SCAN_SHAPES = [(3, 2, 4), (1, 3, 2), (4, 1, 3), (2, 3, 5)]  # (T, N, H): T=1, batch 1, odd
+
+
+def _lstm_samples(rng):
+    out = []
+    for t, n, h in SCAN_SHAPES:
+        xp = S.values(rng, (t, n, 4 * h), -1.5, 1.5)
+        whh = S.values(rng, (4 * h, h), -0.6, 0.6)
+        h0, c0 = S.values(rng, (n, h), -0.5, 0.5), S.values(rng, (n, h), -1, 1)
+        out.append(Sample((xp, whh, h0, c0)))
+    return out
+
+
+lstm_scan = primitive(
+    "lstm_scan",
+    _lstm_forward,
+    _lstm_vjp,
+    reference=_lstm_reference,
+    samples=_lstm_samples,
+    aux=True,
+    doc="The LSTM recurrence over all time steps; out[0] holds the hidden, out[1] the cell "
+    "states, (2, T, N, H).",
+)
+
+
+# -- GRU -----------------------------------------------------------------------------------------
+def gru_scan_buffers(xp: np.ndarray) -> tuple:
+    """The forward's saved array ``act`` (T, N, 4H: r, z, n, h @ W_hn^T + b_hn) and the
+    per-step scratch for ``h @ whh.T`` (N, 3H)."""
+    T, N, G = xp.shape
+    return np.empty((T, N, 4 * (G // 3)), xp.dtype), np.empty((N, G), xp.dtype)
+
+
+def gru_scan_forward(xp, whh, bhh, h0, hs, act, hw) -> None:
+    """Fill ``hs`` (T, N, H) with the hidden states and ``act`` with what backward reads."""
+    whh_t = whh.T
+    h = h0
+    for t in range(xp.shape[0]):
+        np.matmul(h, whh_t, out=hw)
+        gru_forward_step(xp[t], hw, bhh, h, hs[t], act[t])
+        h = hs[t]
+
+
+def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, needs) -> None:
+    """Backward through time. ``g`` (T, N, H) is the output's gradient. Fills ``dxp``
+    (T, N, 3H), ``dhw`` (T, N, 3H, the gradient of ``h @ whh.T + bhh`` per step), ``dwhh``
+    and ``dbhh`` when needed, and ``dh`` (N, H) with the gradient of ``h0``; ``dhd`` (N, H)
+    and ``tmp`` (3H, H) are scratch."""
+    T, H = g.shape[0], dh.shape[1]
+    dh.fill(0)
+    dhd.fill(0)
+    for t in range(T - 1, -1, -1):
+        gru_backward_step(g[t], dh, dhd, act[t], hs[t - 1] if t else h0, dxp[t], dhw[t])
+        if t or needs[3]:
+            np.matmul(dhw[t], whh, out=dh)
+    if needs[3]:
+        np.add(dh, dhd, out=dh)
+    if needs[1]:
+        _recurrent_weight_grad(dhw, hs, h0, dwhh, tmp, H)
+    if needs[2]:
+        np.sum(dhw.reshape(-1, dhw.shape[2]), axis=0, out=dbhh)
+
+
+def _gru_forward(xp, whh, bhh, h0):
+    _check_states("gru_scan", xp, whh, 3, {"h0": h0})
+    if bhh.shape != (xp.shape[2],):
+        raise ShapeError(f"gru_scan: bhh must have shape ({xp.shape[2]},), got {bhh.shape}")
+    T, N, G = xp.shape
+    hs = np.empty((T, N, G // 3), xp.dtype)
+    act, hw = gru_scan_buffers(xp)
+    gru_scan_forward(xp, whh, bhh, h0, hs, act, hw)
+    return hs, act
+
+
+def _gru_vjp(g, hs, needs, xp, whh, bhh, h0, aux):
+    dt = g.dtype
+    dxp, dhw = np.empty(xp.shape, dt), np.empty(xp.shape, dt)
+    dwhh, tmp = np.empty(whh.shape, dt), np.empty(whh.shape, dt)
+    dbhh = np.empty(bhh.shape, dt)
+    dh, dhd = np.empty(h0.shape, dt), np.empty(h0.shape, dt)
+    gru_scan_backward(g, hs, aux, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, needs)
+    return [
+        dxp if needs[0] else None,
+        dwhh if needs[1] else None,
+        dbhh if needs[2] else None,
+        dh if needs[3] else None,
+    ]
+
+
+def _gru_reference(xp, whh, bhh, h0):
+    H = whh.shape[1]
+    h, hs = h0, []
+    for t in range(xp.shape[0]):
+        a = np.einsum("nk,gk->ng", h, whh) + bhh
+        r = _sig(xp[t][:, :H] + a[:, :H])
+        z = _sig(xp[t][:, H : 2 * H] + a[:, H : 2 * H])
+        n = np.tanh(xp[t][:, 2 * H :] + r * a[:, 2 * H :])
+        h = (1 - z) * n + z * h
+        hs.append(h)
+    return np.array(hs)
+
+
+def _gru_samples(rng):
+    out = []
+    for t, n, h in SCAN_SHAPES:
+        xp = S.values(rng, (t, n, 3 * h), -1.5, 1.5)
+        whh = S.values(rng, (3 * h, h), -0.6, 0.6)
+        bhh = S.values(rng, (3 * h,), -0.5, 0.5)
+        out.append(Sample((xp, whh, bhh, S.values(rng, (n, h), -0.8, 0.8))))
+    return out
+
+
+gru_scan = primitive(
+    "gru_scan",
+    _gru_forward,
+    _gru_vjp,
+    reference=_gru_reference,
+    samples=_gru_samples,
+    aux=True,
+    doc="The GRU recurrence over all time steps: hidden states (T, N, H).",
+)
+
+__all__ = ["rnn_scan", "lstm_scan", "gru_scan"]
