@@ -10,6 +10,9 @@ the batch; the only Python loops run over kernel offsets.
   ``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. 1-d
   convolution at stride 1 skips im2col: one matmul per kernel tap on shifted views (faster, see
   ``_shifted``). The bias is fused: added in place to the output, its gradient a sum of ``g``.
+  For a stride-1, unpadded conv of a channels-last input (the text CNN's permuted embedding)
+  whose output gradient is at most a quarter nonzero (ReLU + max pooling), the backward is the
+  direct kernel ``kernels.conv.conv_backward`` instead, which only visits the nonzeros.
 * Max pooling: a compiled loop (``kernels.pool``) keeps each window's maximum and the offset
   that holds it (the first one at ties); that offset map is the ``aux`` the backward routes the
   gradient with.
