@@ -519,7 +519,7 @@ def _conv(eq, xs, like):
             return gw
 
         vjps[0], vjps[1] = vjp_x, vjp_w
-        return Lowered(out, fwd, vjps)
+        return Lowered(out, fwd, _direct_conv_vjps(eq, x, w, bias, vjps))
 
     from numpy.lib.stride_tricks import as_strided
 
@@ -573,7 +573,41 @@ def _conv(eq, xs, like):
         return gw
 
     vjps[0], vjps[1] = vjp_x, vjp_w
-    return Lowered(out, fwd, vjps)
+    return Lowered(out, fwd, _direct_conv_vjps(eq, x, w, bias, vjps))
+
+
+def _direct_conv_vjps(eq, x, w, bias, blas_vjps: list) -> list:
+    """The conv VJPs with the eager rule's choice between BLAS and the direct kernel: where
+    ``direct_backward_applies``, each call counts g's nonzeros, and when sparse enough the first
+    VJP asked for computes every needed gradient with ``kernels.conv.conv_backward`` (the
+    others hand out its buffers), exactly as the eager rule does."""
+    from .kernels.conv import conv_backward
+    from .primitives.nn import direct_backward_applies, direct_backward_sparse
+
+    if not direct_backward_applies(x, w, eq.attrs["stride"], eq.attrs["padding"]):
+        return blas_vjps
+    needs = eq.needs
+    dt = w.dtype
+    gx = np.empty_like(x) if needs[0] else None
+    gw = np.empty(w.shape, dt) if needs[1] else None
+    gb = np.empty(bias[0].shape, dt) if bias and needs[2] else None
+    outs = [gx, gw, gb]
+    first = next((i for i, need in enumerate(needs) if need), None)
+    state = [False]
+
+    def make(i):
+        blas = blas_vjps[i]
+
+        def vjp(g):
+            if i == first:
+                state[0] = direct_backward_sparse(g)
+                if state[0]:
+                    conv_backward(np.ascontiguousarray(g), x, w, gw, gb, gx)
+            return outs[i] if state[0] else blas(g)
+
+        return vjp
+
+    return [make(i) for i in range(len(blas_vjps))]
 
 
 def lower(eq, xs, like) -> Lowered | None:

@@ -10,6 +10,9 @@ the batch; the only Python loops run over kernel offsets.
   ``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. 1-d
   convolution at stride 1 skips im2col: one matmul per kernel tap on shifted views (faster, see
   ``_shifted``). The bias is fused: added in place to the output, its gradient a sum of ``g``.
+  For a stride-1, unpadded conv of a channels-last input (the text CNN's permuted embedding)
+  whose output gradient is at most a quarter nonzero (ReLU + max pooling), the backward is the
+  direct kernel ``kernels.conv.conv_backward`` instead, which only visits the nonzeros.
 * Max pooling: a compiled loop (``kernels.pool``) keeps each window's maximum and the offset
   that holds it (the first one at ties); that offset map is the ``aux`` the backward routes the
   gradient with.
@@ -135,9 +138,33 @@ def _conv_fwd(x, w, *bias, stride, padding):
     return out, saved
 
 
+def direct_backward_applies(x, w, stride, padding) -> bool:
+    """Whether a conv's gradient may go through the direct kernel (``kernels/conv.py``): stride
+    1, no padding, and a channels-last input (the text CNN's permuted embedding output), whose
+    windows are long contiguous runs (KW * C >= 16) the kernel's loops vectorise over."""
+    from ..kernels.conv import direct_layout_ok
+
+    return all(s == 1 for s in stride) and not any(padding) and direct_layout_ok(x, w)
+
+
+def direct_backward_sparse(g) -> bool:
+    """The per-call half of the choice: the direct kernel skips zero entries of g, so it wins
+    when at most a quarter are nonzero (ReLU + max pooling leave 1/KW of them; measured on the
+    text-CNN shape: 0.36 ms at 1/8 nonzero, 2.1 ms dense, against 1.1 ms with BLAS)."""
+    return 4 * np.count_nonzero(g) <= g.size
+
+
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, aux):
     n, o = g.shape[:2]
     grads = [None] * (2 + len(bias))
+    if direct_backward_applies(x, w, stride, padding) and direct_backward_sparse(g):
+        from ..kernels.conv import conv_backward
+
+        gx = np.empty_like(x) if needs[0] else None  # x's layout: the kernel writes it in place
+        gw = np.empty(w.shape, g.dtype) if needs[1] else None
+        gb = np.empty(bias[0].shape, g.dtype) if bias and needs[2] else None
+        conv_backward(np.ascontiguousarray(g), x, w, gw, gb, gx)
+        return [gx, gw, gb][: len(grads)]
     if bias and needs[2]:
         grads[2] = g.sum(axis=(0,) + tuple(range(2, g.ndim)))
     if _shifted(x, w, stride):

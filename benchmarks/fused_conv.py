@@ -1,0 +1,185 @@
+"""Conv + ReLU + max-pool, forward and backward: the BLAS lowering against the fused kernels.
+
+At the two real workloads' shapes (seed-cnn: Conv2d 1->6 3x3 no bias on (100, 1, 28, 28), ReLU,
+MaxPool2d(2), no input gradient; text-cnn: Conv1d 50->8 width 3 with bias on the permuted
+embedding output (64, 50, 130), ReLU, MaxPool1d(8), input gradient needed) it times one forward
+and backward of
+
+* ``blas``: a compiled plan of conv -> relu -> pool -> sum -> backward with the conv forward
+  and backward through the im2col / shifted-matmul BLAS lowering and the fused ReLU + max-pool
+  kernel (the direct conv backward switched off: what compiled plans ran before it);
+* ``plan``: the same compiled function with the library as it is (BLAS conv forward, fused
+  ReLU + max-pool, and the conv backward through ``kernels.conv.conv_backward`` wherever the
+  eager rule picks it: the text CNN's channels-last input);
+* ``fused``: ``kernels/conv.py``'s fused conv + ReLU + max-pool kernels called directly
+  (forward, then backward with the all-ones output gradient the sum gives).
+
+The variants alternate within each round; each round's figure is the median of ``--calls``
+calls, and the table gives the median over ``--rounds`` rounds. Thread counts must be fixed
+before NumPy loads, so ``--threads`` sets OPENBLAS_NUM_THREADS / NUMBA_NUM_THREADS (and the
+like) first; run the script once per thread count.
+
+    python benchmarks/fused_conv.py [--threads N] [--rounds 9] [--calls 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _set_threads(argv) -> int:
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--threads", type=int, default=1)
+    n = ap.parse_known_args(argv)[0].threads
+    for var in (
+        "OPENBLAS_NUM_THREADS",
+        "NUMBA_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    ):
+        os.environ[var] = str(n)
+    return n
+
+
+THREADS = _set_threads(sys.argv[1:]) if __name__ == "__main__" else None
+
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import tapegrad as tg  # noqa: E402
+from tapegrad.autodiff.kernels import conv as K  # noqa: E402
+from tapegrad.autodiff.primitives import nn as nn_prims  # noqa: E402
+
+WORKLOADS = {
+    # name: (x shape as the conv sees it, weight shape, bias?, pool, input grad?)
+    "seed-cnn": ((100, 1, 28, 28), (6, 1, 3, 3), False, (2, 2), False),
+    "text-cnn": ((64, 50, 130), (8, 50, 3), True, (8,), True),
+}
+
+
+def _data(name: str, rng):
+    xs, ws, has_bias, pool, need_x = WORKLOADS[name]
+    if len(xs) == 3:  # the embedding output (N, L, C), seen by the conv as a permuted view
+        base = rng.normal(size=(xs[0], xs[2], xs[1])).astype(np.float32)
+        x = base.transpose(0, 2, 1)
+    else:
+        base = x = rng.uniform(0, 1, size=xs).astype(np.float32)
+    fan_in = int(np.prod(ws[1:]))
+    w = (rng.uniform(-1, 1, size=ws) / np.sqrt(fan_in)).astype(np.float32)
+    b = (rng.uniform(-1, 1, size=ws[0]) / np.sqrt(fan_in)).astype(np.float32) if has_bias else None
+    return base, x, w, b, pool, need_x
+
+
+def make_plan(name: str, blas: bool):
+    """A compiled conv -> relu -> pool -> sum -> backward step at the workload's shape."""
+    rng = np.random.default_rng(0)
+    base, x, w, b, pool, need_x = _data(name, rng)
+    wt = tg.tensor(w, requires_grad=True)
+    bt = tg.tensor(b, requires_grad=True) if b is not None else None
+    conv = tg.nn.functional.conv1d if x.ndim == 3 else tg.nn.functional.conv2d
+    pool_fn = tg.nn.functional.max_pool1d if x.ndim == 3 else tg.nn.functional.max_pool2d
+    params = [wt] + ([bt] if bt is not None else [])
+    if need_x:  # the conv input is a permuted view of a tensor whose gradient is needed
+        xt = tg.tensor(base, requires_grad=True)
+        params.append(xt)
+
+        def step():
+            y = pool_fn(tg.relu(conv(tg.permute(xt, (0, 2, 1)), wt, bt)), pool)
+            y.sum().backward()
+            return y
+
+        args = ()
+    else:
+
+        def step(img):
+            y = pool_fn(tg.relu(conv(img, wt, bt)), pool)
+            y.sum().backward()
+            return y
+
+        args = (tg.tensor(x),)
+    compiled = tg.compile(step)
+    if blas:  # trace (and so lower) with the direct conv backward switched off
+        saved = nn_prims.direct_backward_applies
+        nn_prims.direct_backward_applies = lambda *a: False
+        try:
+            compiled(*args)
+        finally:
+            nn_prims.direct_backward_applies = saved
+    else:
+        compiled(*args)
+
+    def run():
+        for p in params:
+            p.grad = None
+        compiled(*args)
+
+    return run
+
+
+def make_fused(name: str):
+    """The fused kernels at the workload's shape, called directly on persistent buffers."""
+    rng = np.random.default_rng(0)
+    base, x, w, b, pool, need_x = _data(name, rng)
+    fwd = K.conv1d_relu_max_pool_forward if x.ndim == 3 else K.conv2d_relu_max_pool_forward
+    bwd = K.conv1d_relu_max_pool_backward if x.ndim == 3 else K.conv2d_relu_max_pool_backward
+    out, arg = K.fused_buffers(x.shape, w.shape, pool, pool, np.float32)
+    g = np.ones(out.shape, np.float32)
+    gw = np.empty_like(w)
+    gb = np.empty_like(b) if b is not None else None
+    gx = np.empty(x.shape, np.float32) if need_x else None
+
+    def run():
+        fwd(x, w, b, pool, pool, out, arg)
+        bwd(g, x, w, out, arg, pool, pool, gw, gb, gx)
+
+    return run
+
+
+def time_calls(fn, calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e6
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=30)
+    args = ap.parse_args(argv)
+    results = {}
+    for name in WORKLOADS:
+        variants = {
+            "blas": make_plan(name, blas=True),
+            "plan": make_plan(name, blas=False),
+            "fused": make_fused(name),
+        }
+        for fn in variants.values():  # warm up (numba compile / cache load, BLAS pools)
+            for _ in range(5):
+                fn()
+        per = {k: [] for k in variants}
+        for _ in range(args.rounds):
+            for k, fn in variants.items():
+                per[k].append(time_calls(fn, args.calls))
+        results[name] = {k: statistics.median(v) for k, v in per.items()}
+    print(f"threads={args.threads} rounds={args.rounds} calls/round={args.calls} (ms, fwd+bwd)")
+    print(
+        f"{'workload':10} {'blas':>8} {'plan':>8} {'fused':>8} {'blas/plan':>10} {'blas/fused':>11}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:10} {r['blas']:8.3f} {r['plan']:8.3f} {r['fused']:8.3f} "
+            f"{r['blas'] / r['plan']:10.2f} {r['blas'] / r['fused']:11.2f}"
+        )
+    return results
+
+
+if __name__ == "__main__":
+    main()
