@@ -382,6 +382,8 @@ class Plan:
             ]
             low = self.lowered.get(p)
             if low is not None:
+                # In input order: lowerings that compute every input's gradient in one pass
+                # (the scans, the direct conv backward) do it in the first VJP called.
                 rules = [
                     (
                         low.vjps[i],

@@ -522,8 +522,11 @@ def _reduced(total: float, per, reduction: str, count: int, dtype):
 
 
 def _multiplier(g, reduction: str, count: int) -> np.ndarray:
-    """The output gradient as the loss kernels take it: (1,), or one value per sample."""
-    return np.reshape(_scale(g, reduction, count), -1)
+    """The output gradient as the loss kernels take it: (1,), or one value per sample. (Made
+    1-d before dividing: a fresh array per call from a NumPy scalar kept NumPy's small-buffer
+    cache growing for a thousand steps, which the soak test reads as a leak.)"""
+    k = np.reshape(g, -1)
+    return k / max(count, 1) if reduction == "mean" else k
 
 
 def _ce_fwd(logits, target, reduction):
