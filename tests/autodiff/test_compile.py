@@ -244,3 +244,36 @@ def test_class_id_out_of_range_raises_on_replay():
     f(np.ones((2, 3), np.float32), np.array([0, 3]))
     with pytest.raises(tg.ShapeError, match=r"class id 4 is out of range \[0, 4\)"):
         f(np.ones((2, 3), np.float32), np.array([4, 1]))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_bias_relu_fuses_only_when_the_sum_has_one_reader(shared):
+    rng = np.random.default_rng(4)
+    w = tg.tensor(rng.normal(size=(5, 6)).astype(np.float32), requires_grad=True)
+    b = tg.tensor(rng.normal(size=6).astype(np.float32), requires_grad=True)
+
+    def step(x):
+        z = x @ w + b
+        h = tg.relu(z)
+        loss = (h * h).sum()
+        if shared:
+            loss = loss + z.sum()
+        w.grad = b.grad = None
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(step)
+    for n in (4, 4, 3):
+        x = rng.normal(size=(n, 5)).astype(np.float32)
+        le = step(tg.tensor(x))
+        ge = [w.grad.copy(), b.grad.copy()]
+        lc = compiled(x)
+        assert le.item() == lc.item()
+        np.testing.assert_array_equal(ge[0], w.grad)
+        np.testing.assert_array_equal(ge[1], b.grad)
+    plan = next(iter(compiled.plans.values()))
+    relu = next(e for e in plan.eq_of.values() if e.prim.name == "relu")
+    fused = len(relu.ins) == 2  # the relu took over the add's inputs (x @ w, b)
+    assert fused != shared
+    bias_adds = [e for e in plan.eq_of.values() if e.prim.name == "add" and e.ins[1][1] is b]
+    assert len(bias_adds) == shared

@@ -620,11 +620,47 @@ def lower(eq, xs, like) -> Lowered | None:
     return fn(eq, xs, like)
 
 
-def lower_relu_max_pool(pool_eq, x: np.ndarray, like: np.ndarray) -> Lowered | None:
+# -- fusions: two equations, the first read only by the second, lowered as one -------------------
+def lower_bias_relu(add_eq, relu_eq, xs, like) -> Lowered | None:
+    """A Linear layer's bias add then ReLU: one pass each way (``kernels/fused.py``); the
+    GEMM before it stays with BLAS."""
+    from .kernels.fused import bias_relu_backward, bias_relu_forward
+
+    x, b = xs
+    if not (
+        x.ndim == 2
+        and b.shape == (x.shape[1],)
+        and like.shape == x.shape
+        and x.dtype == b.dtype == like.dtype
+        and x.flags.c_contiguous
+    ):
+        return None
+    out, gx, gb = _buf(like), _buf(like), np.empty(b.shape, like.dtype)
+    needs = add_eq.needs
+    first = next((i for i, n in enumerate(needs) if n), None)
+
+    def make_vjp(i):
+        if i == first:  # one pass gives both gradients
+
+            def vjp(g):
+                bias_relu_backward(g, out, gx, gb)
+                return (gx, gb)[i]
+        else:
+
+            def vjp(g):
+                return (gx, gb)[i]
+
+        return vjp
+
+    return Lowered(out, lambda: bias_relu_forward(x, b, out), [make_vjp(0), make_vjp(1)])
+
+
+def lower_relu_max_pool(relu_eq, pool_eq, xs, like) -> Lowered | None:
     """ReLU then max pooling as one fused kernel each way (see ``kernels/fused.py``)."""
     from .kernels import relu_max_pool_backward, relu_max_pool_forward
     from .kernels.pool import pool_arg_dtype
 
+    (x,) = xs
     if not x.flags.c_contiguous or x.ndim not in (3, 4):
         return None
     kernel, stride = pool_eq.attrs["kernel"], pool_eq.attrs["stride"]
@@ -747,3 +783,12 @@ def _gru_scan(eq, xs, like):
         lambda: gru_scan_forward(xp, whh, bhh, h0, hs, act, hw),
         _scan_vjps(needs, (dxp, dwhh, dbhh, dh), backward),
     )
+
+
+FUSIONS: dict[tuple[str, str], Callable] = {
+    ("relu", "max_pool1d"): lower_relu_max_pool,
+    ("relu", "max_pool2d"): lower_relu_max_pool,
+    ("add", "relu"): lower_bias_relu,
+}
+"""(first, second) primitive pairs a plan lowers as one equation when the first's output is
+read by the second alone: ``fn(first_eq, second_eq, first_inputs, second_out_like)``."""

@@ -183,18 +183,18 @@ class Plan:
             persistent[v] = True
         self.input_vals = [t.data for t in input_tensors]
         self._check_constants(trace)
-        fusable = self._fusable_relus(trace)
+        fusable = self._fusable(trace)
         deferred: dict[int, Eq] = {}
         program: list[Callable] = []
         for e in trace.events:
             if isinstance(e, Eq) and e.out in fusable:
-                deferred[e.out] = e  # emitted with the max-pool that consumes it
+                deferred[e.out] = e  # emitted with the one equation that consumes it
                 continue
             if isinstance(e, Eq) and e.ins and e.ins[0][0] == VAR and e.ins[0][1] in deferred:
-                relu = deferred.pop(e.ins[0][1])
-                if self._fuse_relu_pool(relu, e, trace, persistent, program):
+                first = deferred.pop(e.ins[0][1])
+                if self._fuse(first, e, trace, persistent, program):
                     continue
-                self._emit(relu, trace, persistent, program)  # the fused kernel declined
+                self._emit(first, trace, persistent, program)  # the fused kernel declined
             if isinstance(e, Eq):
                 self._emit(e, trace, persistent, program)
             elif isinstance(e, Backward):
@@ -204,8 +204,12 @@ class Plan:
         self.program = program
         self.ext_arrays = list({id(t): (t, a) for t, a in self.ext_arrays}.values())
 
-    def _fusable_relus(self, trace: Trace) -> set[int]:
-        """ReLU outputs read by exactly one max-pool and nothing else (not even as a result)."""
+    def _fusable(self, trace: Trace) -> set[int]:
+        """Outputs of equations fused into their single consumer (see ``FUSIONS``): read by
+        that one equation, as its first input, and by nothing else (not even as a result). A
+        ReLU feeding a max-pool fuses with the pool, not with a bias before it."""
+        from .lowering import FUSIONS
+
         uses: dict[int, int] = {}
         for e in trace.events:
             if isinstance(e, Eq):
@@ -217,39 +221,45 @@ class Plan:
         for v in _spec_vars(self.out_spec):
             uses[v] = uses.get(v, 0) + 1
         out = set()
-        for e in trace.events:
-            if (
-                isinstance(e, Eq)
-                and e.prim.name in ("max_pool1d", "max_pool2d")
-                and e.ins[0][0] == VAR
-            ):
+        for consumers in (("max_pool1d", "max_pool2d"), ("relu",)):
+            for e in trace.events:
+                if not (isinstance(e, Eq) and e.prim.name in consumers and e.ins[0][0] == VAR):
+                    continue
+                if e.out in out:
+                    continue  # this ReLU already fuses with its pool
                 src = self.eq_of.get(e.ins[0][1])
-                if src is not None and src.prim.name == "relu" and uses.get(src.out) == 1:
+                if (
+                    src is not None
+                    and (src.prim.name, e.prim.name) in FUSIONS
+                    and uses.get(src.out) == 1
+                ):
                     out.add(src.out)
         return out
 
-    def _fuse_relu_pool(self, relu: Eq, pool: Eq, trace, persistent, program) -> bool:
-        from .lowering import lower_relu_max_pool
+    def _fuse(self, first: Eq, second: Eq, trace, persistent, program) -> bool:
+        """Emit ``second(first(...))`` as one lowered equation over ``first``'s inputs."""
+        from .lowering import FUSIONS
 
-        kind, p = relu.ins[0]
-        x = (
-            (self.vals[p] if persistent[p] else None)
-            if kind == VAR
-            else (p.data if kind == EXT else p)
-        )
-        if x is None:
+        xs = []
+        for kind, p in first.ins:
+            if kind == VAR:
+                xs.append(self.vals[p] if persistent[p] else None)
+            else:
+                xs.append(p.data if kind == EXT else p)
+        if any(not isinstance(x, np.ndarray) for x in xs):
             return False
-        low = lower_relu_max_pool(pool, x, trace.keep[pool.out].data)
+        low = FUSIONS[first.prim.name, second.prim.name](
+            first, second, xs, trace.keep[second.out].data
+        )
         if low is None:
             return False
-        fused = Eq(pool.prim, relu.ins, pool.attrs, pool.out, relu.needs)
-        self.eq_of[pool.out] = fused
-        del self.eq_of[relu.out]
-        self.lowered[pool.out] = low
-        self.vals[pool.out] = low.out
-        persistent[pool.out] = True
-        if kind == EXT:
-            self.ext_arrays.append((p, p.data))
+        fused = Eq(second.prim, first.ins, second.attrs, second.out, first.needs)
+        self.eq_of[second.out] = fused
+        del self.eq_of[first.out]
+        self.lowered[second.out] = low
+        self.vals[second.out] = low.out
+        persistent[second.out] = True
+        self.ext_arrays += [(p, p.data) for kind, p in first.ins if kind == EXT]
         program.append(low.fwd)
         return True
 
