@@ -693,6 +693,7 @@ def _rnn_scan(eq, xs, like):
 
     xp, whh, h0 = xs
     nl = eq.attrs["nonlinearity"]
+    zero = eq.attrs.get("zero_h0", False)
     dt = like.dtype
     hs = _buf(like)
     dxp, dwhh = np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt)
@@ -705,7 +706,7 @@ def _rnn_scan(eq, xs, like):
         if i == first:  # one pass backward through time computes every input's gradient
 
             def vjp(g):
-                rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, needs)
+                rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, needs, zero)
                 return outs[i]
         else:
 
@@ -715,7 +716,7 @@ def _rnn_scan(eq, xs, like):
         return vjp
 
     return Lowered(
-        hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs), [make_vjp(i) for i in range(3)]
+        hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs, zero), [make_vjp(i) for i in range(3)]
     )
 
 

@@ -157,9 +157,10 @@ def rnn(
     if nonlinearity not in _NONLIN:
         raise ValueError(f"rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
     xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    if h0 is None:
+    zero_h0 = h0 is None  # the scan then skips step 0's product with the zero state
+    if zero_h0:
         h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype)
-    hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=nonlinearity)  # (T, N, H), one rule
+    hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=nonlinearity, zero_h0=zero_h0)
     last = hs[xp.shape[0] - 1]
     return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), last
 

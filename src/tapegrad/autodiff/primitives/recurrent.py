@@ -41,14 +41,18 @@ from . import samples as S
 from .registry import Sample, primitive
 
 
-def rnn_scan_forward(xp, whh, h0, nonlinearity, hs):
-    """Fill ``hs`` (T, N, H) with the hidden states."""
+def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, zero_h0=False):
+    """Fill ``hs`` (T, N, H) with the hidden states. With ``zero_h0`` the state starts at
+    zeros (``h0`` is not read) and step 0 skips its recurrent product."""
     whh_t = whh.T
     h = h0
     for t in range(xp.shape[0]):
         out = hs[t]
-        np.matmul(h, whh_t, out=out)
-        np.add(out, xp[t], out=out)
+        if t == 0 and zero_h0:
+            np.copyto(out, xp[0])
+        else:
+            np.matmul(h, whh_t, out=out)
+            np.add(out, xp[t], out=out)
         if nonlinearity == "tanh":
             np.tanh(out, out=out)
         else:
@@ -56,9 +60,11 @@ def rnn_scan_forward(xp, whh, h0, nonlinearity, hs):
         h = out
 
 
-def rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, needs):
+def rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, needs, zero_h0=False):
     """Backward through time: ``dxp`` (T, N, H), ``dwhh`` (H, H) and ``dh`` (N, H, the
-    gradient of h0 at the end), using ``tmp`` (H, H) as scratch. ``g`` is the gradient of hs."""
+    gradient of h0 at the end), using ``tmp`` (H, H) as scratch. ``g`` is the gradient of hs.
+    Step 0's products are skipped where they only feed gradients nobody asked for or that are
+    zero (a zero initial state gives the recurrent weight nothing and takes no gradient)."""
     dh.fill(0)
     dwhh.fill(0)
     for t in range(xp.shape[0] - 1, -1, -1):
@@ -71,31 +77,35 @@ def rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, need
         else:
             np.greater(hs[t], 0, out=dh)
             np.multiply(dpre, dh, out=dpre)
+        if t == 0 and zero_h0:
+            dh.fill(0)
+            break
         h_prev = hs[t - 1] if t > 0 else h0
         if needs[1]:
             np.matmul(dpre.T, h_prev, out=tmp)
             np.add(dwhh, tmp, out=dwhh)
-        np.matmul(dpre, whh, out=dh)
+        if t > 0 or needs[2]:
+            np.matmul(dpre, whh, out=dh)
 
 
-def _forward(xp, whh, h0, nonlinearity):
+def _forward(xp, whh, h0, nonlinearity, zero_h0=False):
     hs = np.empty(xp.shape, dtype=xp.dtype)
-    rnn_scan_forward(xp, whh, h0, nonlinearity, hs)
+    rnn_scan_forward(xp, whh, h0, nonlinearity, hs, zero_h0)
     return hs
 
 
-def _vjp(g, hs, needs, xp, whh, h0, nonlinearity):
+def _vjp(g, hs, needs, xp, whh, h0, nonlinearity, zero_h0=False):
     dxp = np.empty_like(xp, dtype=g.dtype)  # in xp's memory layout (batch-major, usually)
     dwhh = np.empty(whh.shape, dtype=g.dtype)
     dh = np.empty(h0.shape, dtype=g.dtype)
     tmp = np.empty(whh.shape, dtype=g.dtype)
-    rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, needs)
+    rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, needs, zero_h0)
     return [dxp if needs[0] else None, dwhh if needs[1] else None, dh if needs[2] else None]
 
 
-def _reference(xp, whh, h0, nonlinearity):
+def _reference(xp, whh, h0, nonlinearity, zero_h0=False):
     act = np.tanh if nonlinearity == "tanh" else (lambda z: np.where(z > 0, z, 0.0))
-    h, out = h0, []
+    h, out = (h0 * 0 if zero_h0 else h0), []
     for t in range(xp.shape[0]):
         h = act(np.einsum("nk,hk->nh", h, whh) + xp[t])
         out.append(h)
@@ -111,6 +121,7 @@ def _samples(rng):
         if act == "relu":  # keep pre-activations off relu's kink at 0
             xp = np.where(np.abs(xp) < 0.2, 0.5, xp) + 0.0
         out.append(Sample((xp, whh, h0), {"nonlinearity": act}))
+        out.append(Sample((xp, whh, h0), {"nonlinearity": act, "zero_h0": True}))
     return out
 
 
@@ -120,7 +131,8 @@ rnn_scan = primitive(
     _vjp,
     reference=_reference,
     samples=_samples,
-    doc="The Elman recurrence over all time steps: hs[t] = act(xp[t] + hs[t-1] @ whh.T).",
+    doc="The Elman recurrence over all time steps: hs[t] = act(xp[t] + hs[t-1] @ whh.T); "
+    "zero_h0=True starts from the zero state (h0 unread, its gradient zero).",
 )
 
 
