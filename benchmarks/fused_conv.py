@@ -46,9 +46,9 @@ def _set_threads(argv) -> int:
 THREADS = _set_threads(sys.argv[1:]) if __name__ == "__main__" else None
 
 import statistics  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from overhead import time_calls  # noqa: E402  (this folder: median microseconds per call)
 
 import tapegrad as tg  # noqa: E402
 from tapegrad.autodiff.kernels import conv as K  # noqa: E402
@@ -139,15 +139,6 @@ def make_fused(name: str):
     return run
 
 
-def time_calls(fn, calls: int) -> float:
-    samples = []
-    for _ in range(calls):
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append(time.perf_counter_ns() - t0)
-    return statistics.median(samples) / 1e6
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -167,7 +158,7 @@ def main(argv=None) -> dict:
         per = {k: [] for k in variants}
         for _ in range(args.rounds):
             for k, fn in variants.items():
-                per[k].append(time_calls(fn, args.calls))
+                per[k].append(time_calls(fn, args.calls) / 1e3)  # ms
         results[name] = {k: statistics.median(v) for k, v in per.items()}
     print(f"threads={args.threads} rounds={args.rounds} calls/round={args.calls} (ms, fwd+bwd)")
     print(

@@ -698,6 +698,7 @@ def _rnn_scan(eq, xs, like):
     hs = _buf(like)
     dxp, dwhh = np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt)
     dh, tmp = np.empty(h0.shape, dt), np.empty(whh.shape, dt)
+    sf, sb = np.empty(h0.shape, dt), np.empty(h0.shape, dt)  # forward and backward scratch
     needs = eq.needs
     outs = (dxp, dwhh, dh)
     first = next((i for i, n in enumerate(needs) if n), None)
@@ -706,7 +707,7 @@ def _rnn_scan(eq, xs, like):
         if i == first:  # one pass backward through time computes every input's gradient
 
             def vjp(g):
-                rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, needs, zero)
+                rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, sb, needs, zero)
                 return outs[i]
         else:
 
@@ -716,7 +717,7 @@ def _rnn_scan(eq, xs, like):
         return vjp
 
     return Lowered(
-        hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs, zero), [make_vjp(i) for i in range(3)]
+        hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs, sf, zero), [make_vjp(i) for i in range(3)]
     )
 
 

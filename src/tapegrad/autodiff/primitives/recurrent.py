@@ -41,18 +41,19 @@ from . import samples as S
 from .registry import Sample, primitive
 
 
-def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, zero_h0=False):
-    """Fill ``hs`` (T, N, H) with the hidden states. With ``zero_h0`` the state starts at
-    zeros (``h0`` is not read) and step 0 skips its recurrent product."""
+def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch, zero_h0=False):
+    """Fill ``hs`` (T, N, H) with the hidden states, using ``scratch`` (N, H). With
+    ``zero_h0`` the state starts at zeros (``h0`` is not read) and step 0 skips its recurrent
+    product. ``xp`` may be any strided view (the batch-major projection seen time-major): it
+    is only ever copied from, since ufuncs over strided operands allocate buffers."""
     whh_t = whh.T
     h = h0
     for t in range(xp.shape[0]):
         out = hs[t]
-        if t == 0 and zero_h0:
-            np.copyto(out, xp[0])
-        else:
-            np.matmul(h, whh_t, out=out)
-            np.add(out, xp[t], out=out)
+        np.copyto(out, xp[t])
+        if t > 0 or not zero_h0:
+            np.matmul(h, whh_t, out=scratch)
+            np.add(out, scratch, out=out)
         if nonlinearity == "tanh":
             np.tanh(out, out=out)
         else:
@@ -60,15 +61,18 @@ def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, zero_h0=False):
         h = out
 
 
-def rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, needs, zero_h0=False):
-    """Backward through time: ``dxp`` (T, N, H), ``dwhh`` (H, H) and ``dh`` (N, H, the
-    gradient of h0 at the end), using ``tmp`` (H, H) as scratch. ``g`` is the gradient of hs.
-    Step 0's products are skipped where they only feed gradients nobody asked for or that are
-    zero (a zero initial state gives the recurrent weight nothing and takes no gradient)."""
+def rnn_scan_backward(
+    g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, scratch, needs, zero_h0=False
+):
+    """Backward through time: ``dxp`` (T, N, H, any strided layout: written by copies only),
+    ``dwhh`` (H, H) and ``dh`` (N, H, the gradient of h0 at the end), with ``tmp`` (H, H) and
+    ``scratch`` (N, H) as work space. ``g`` is the gradient of hs. Step 0's products are
+    skipped where they only feed gradients nobody asked for or that are zero (a zero initial
+    state gives the recurrent weight nothing and takes no gradient)."""
     dh.fill(0)
     dwhh.fill(0)
+    dpre = scratch
     for t in range(xp.shape[0] - 1, -1, -1):
-        dpre = dxp[t]
         np.add(g[t], dh, out=dpre)
         if nonlinearity == "tanh":
             np.multiply(hs[t], hs[t], out=dh)  # dh as scratch: 1 - h^2
@@ -77,6 +81,7 @@ def rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, need
         else:
             np.greater(hs[t], 0, out=dh)
             np.multiply(dpre, dh, out=dpre)
+        np.copyto(dxp[t], dpre)
         if t == 0 and zero_h0:
             dh.fill(0)
             break
@@ -90,16 +95,16 @@ def rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, need
 
 def _forward(xp, whh, h0, nonlinearity, zero_h0=False):
     hs = np.empty(xp.shape, dtype=xp.dtype)
-    rnn_scan_forward(xp, whh, h0, nonlinearity, hs, zero_h0)
+    rnn_scan_forward(xp, whh, h0, nonlinearity, hs, np.empty(h0.shape, xp.dtype), zero_h0)
     return hs
 
 
 def _vjp(g, hs, needs, xp, whh, h0, nonlinearity, zero_h0=False):
     dxp = np.empty_like(xp, dtype=g.dtype)  # in xp's memory layout (batch-major, usually)
     dwhh = np.empty(whh.shape, dtype=g.dtype)
-    dh = np.empty(h0.shape, dtype=g.dtype)
+    dh, scratch = np.empty(h0.shape, dtype=g.dtype), np.empty(h0.shape, dtype=g.dtype)
     tmp = np.empty(whh.shape, dtype=g.dtype)
-    rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, needs, zero_h0)
+    rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, scratch, needs, zero_h0)
     return [dxp if needs[0] else None, dwhh if needs[1] else None, dh if needs[2] else None]
 
 
