@@ -170,3 +170,28 @@ def test_bias_relu_kernels_match_reference_bit_for_bit(shape, dtype):
     K.bias_relu_backward_reference(g, ref, gx_ref, gb_ref)
     np.testing.assert_array_equal(gx, gx_ref)
     np.testing.assert_array_equal(gb, gb_ref)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (100, 64)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tanh", [True, False])
+def test_rnn_backward_step_matches_reference_bit_for_bit(shape, dtype, tanh):
+    from tapegrad.autodiff.kernels.recurrent import (
+        rnn_backward_step,
+        rnn_backward_step_reference,
+    )
+
+    rng = np.random.default_rng(shape[1])
+    g, dh = (rng.normal(size=shape).astype(dtype) for _ in range(2))
+    h = np.tanh(rng.normal(size=shape)).astype(dtype)
+    h.flat[0] = 0  # relu's kink: no gradient
+    dpre, dpre_ref = np.empty(shape, dtype), np.empty(shape, dtype)
+    # dxp[t] as the scan sees it: one time step of a batch-major (N, T, H) buffer
+    dxp, dxp_ref = (
+        np.zeros((shape[0], 3, shape[1]), dtype),
+        np.zeros((shape[0], 3, shape[1]), dtype),
+    )
+    rnn_backward_step(g, dh, h, tanh, dpre, dxp[:, 1])
+    rnn_backward_step_reference(g, dh, h, tanh, dpre_ref, dxp_ref[:, 1])
+    np.testing.assert_array_equal(dpre, dpre_ref)
+    np.testing.assert_array_equal(dxp, dxp_ref)

@@ -1,4 +1,5 @@
-"""One time step of the LSTM and GRU gate math, fused into one loop each way.
+"""One time step of the LSTM and GRU gate math, fused into one loop each way (and the Elman
+RNN's backward step).
 
 The recurrent matrix product of a step stays with BLAS (``np.matmul(h, whh.T, out=hw)``); these
 kernels do everything elementwise around it in one pass over the (N, H) grid: add the input
@@ -98,6 +99,17 @@ def gru_backward_step_reference(g_t, dhm, dhd, act, h_prev, dxp_t, dhw_t) -> Non
     dxp_t[...] = np.concatenate([dr, dz, dn], axis=1)
     dhw_t[...] = np.concatenate([dr, dz, dn * r], axis=1)
     dhd[...] = d * z
+
+
+def rnn_backward_step_reference(g_t, dh, h_t, tanh, dpre, dxp_t) -> None:
+    """The Elman step's pre-activation gradient ``dpre = (g_t + dh) * act'(h_t)`` (N, H), with
+    ``act' = 1 - h^2`` (tanh) or ``h > 0`` (relu), also copied into ``dxp_t`` (any layout)."""
+    np.add(g_t, dh, out=dpre)
+    if tanh:
+        np.multiply(dpre, 1 - h_t * h_t, out=dpre)
+    else:
+        np.multiply(dpre, h_t > 0, out=dpre)
+    np.copyto(dxp_t, dpre)
 
 
 try:
@@ -263,7 +275,23 @@ if numba is not None:
             for j in range(H):
                 dhd[n, j] = dhd[n, j] * act[n, H + j]
 
+    @numba.njit(**_JIT)
+    def rnn_backward_step(g_t, dh, h_t, tanh, dpre, dxp_t):  # pragma: no cover - compiled
+        # float32 arithmetic in NumPy's order (no fused multiply-add): the same bits as the
+        # four ufunc calls it replaces
+        one, zero = dpre.dtype.type(1), dpre.dtype.type(0)
+        for n in range(dpre.shape[0]):
+            if tanh:
+                for j in range(dpre.shape[1]):
+                    dpre[n, j] = (g_t[n, j] + dh[n, j]) * (one - h_t[n, j] * h_t[n, j])
+            else:
+                for j in range(dpre.shape[1]):
+                    dpre[n, j] = (g_t[n, j] + dh[n, j]) * (one if h_t[n, j] > zero else zero)
+            for j in range(dpre.shape[1]):
+                dxp_t[n, j] = dpre[n, j]
+
 else:  # pragma: no cover
+    rnn_backward_step = rnn_backward_step_reference
     lstm_forward_step = lstm_forward_step_reference
     lstm_backward_step = lstm_backward_step_reference
     gru_forward_step = gru_forward_step_reference

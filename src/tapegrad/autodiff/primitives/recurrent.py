@@ -36,6 +36,7 @@ from ..kernels.recurrent import (
     gru_forward_step,
     lstm_backward_step,
     lstm_forward_step,
+    rnn_backward_step,
 )
 from . import samples as S
 from .registry import Sample, primitive
@@ -72,16 +73,9 @@ def rnn_scan_backward(
     dh.fill(0)
     dwhh.fill(0)
     dpre = scratch
+    tanh = nonlinearity == "tanh"
     for t in range(xp.shape[0] - 1, -1, -1):
-        np.add(g[t], dh, out=dpre)
-        if nonlinearity == "tanh":
-            np.multiply(hs[t], hs[t], out=dh)  # dh as scratch: 1 - h^2
-            np.subtract(1, dh, out=dh)
-            np.multiply(dpre, dh, out=dpre)
-        else:
-            np.greater(hs[t], 0, out=dh)
-            np.multiply(dpre, dh, out=dpre)
-        np.copyto(dxp[t], dpre)
+        rnn_backward_step(g[t], dh, hs[t], tanh, dpre, dxp[t])  # one pass, no buffers
         if t == 0 and zero_h0:
             dh.fill(0)
             break
