@@ -170,6 +170,10 @@ def test_smoke_run_reports_every_field(smoke):
         assert s["alloc_per_epoch"] is None or s["alloc_per_epoch"] > 0, s["alloc_method"]
     assert result["summary"]["tapegrad"]["alloc_per_epoch"] > 0  # tracemalloc always works
     assert result["summary"]["tapegrad"]["mode"] == "compiled"
+    # tapegrad's one repeat started from an empty kernel cache: its first step is the cold one
+    assert result["runs"]["tapegrad"][0]["kernel_cache"] == "cold"
+    assert result["summary"]["tapegrad"]["first_cold"]["n"] == 1
+    assert all(result["summary"][p]["first_cold"] is None for p in PEERS)
     for peer in PEERS:
         assert result["ratios"][peer]["steady"]["n"] == 1
     floor = result["floor"]
@@ -214,3 +218,24 @@ def test_report_renders_tables_and_charts(smoke, tmp_path):
     paths = report.charts([result], tmp_path)
     assert [p.name for p in paths] == ["time_per_epoch.png", "memory_per_epoch.png", "accuracy.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_first_epoch_note_separates_cold_and_warm_kernel_caches():
+    from tapegrad.bench.harness import first_epoch_note, summarise
+
+    def run(first, cache):
+        return {
+            "epoch_seconds": [first, 1.0, 1.1],
+            "step_seconds": [0.01] * 6,
+            "batches_per_epoch": 2,
+            "kernel_cache": cache,
+            **{k: 1 for k in ("peak_rss", "rss_before_training", "final_loss", "test_loss")},
+            **{k: 1 for k in ("alloc_per_epoch", "alloc_per_step", "alloc_method")},
+            **{k: 1 for k in ("first_loss", "test_accuracy", "mode", "notes", "versions")},
+        }
+
+    s = summarise([run(9.0, "cold"), run(1.5, "warm"), run(1.7, "warm")], steps_mode=False)
+    assert s["first_cold"]["median"] == 9.0 and s["first"]["median"] == 1.6
+    note = first_epoch_note({"unit": "epoch", "summary": {"tapegrad": s}})
+    assert "1.60s with a warm kernel cache (2 run(s)), 9.00s with a cold one" in note
+    assert "+0.55s over a steady epoch, cold +7.95s" in note

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..serialization import atomic_file
-from .harness import _bytes
+from .harness import _bytes, first_epoch_note
 
 COLORS = {"tapegrad": "#d95f02", "torch": "#1b9e77", "jax": "#7570b3", "autograd": "#e7298a"}
 
@@ -74,6 +74,9 @@ def workload_table(result: dict) -> str:
         f"tapegrad's steady {unit} is {tg['median'] / floor[key]:.1f}x the floor.",
         "",
     ]
+    note = first_epoch_note(result)
+    if note:
+        lines += [note[0].upper() + note[1:] + ".", ""]
     g = result["guard"]
     if g["passed"]:
         lines.append(
@@ -148,8 +151,11 @@ def markdown(
         "`numba.set_num_threads`, `XLA_FLAGS`).",
         "",
         "- *first epoch* is reported apart: it includes warm-up and compilation (numba kernels, "
-        "XLA). *steady epoch* pools epochs 2.. of all repeats. Times are the training loop "
-        "only (batch gather, forward, backward, update, loss read back).",
+        "XLA). tapegrad's kernels compile into a numba cache made for the run: its first "
+        "repeat starts with that cache empty (*cold*, reported below each table), the later "
+        "ones find it filled (*warm*, the table's first epoch). *steady epoch* pools epochs 2.. "
+        "of all repeats. Times are the training loop only (batch gather, forward, backward, "
+        "update, loss read back).",
         "- *tapegrad time / this*: tapegrad's steady epoch over the framework's, repeat by "
         "repeat (adjacent runs), median [min-max]; above 1 means tapegrad is slower.",
         "- *peak RSS*: the worker's maximum resident set (`VmHWM`: dataset, framework, training, "
