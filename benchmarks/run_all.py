@@ -53,14 +53,16 @@ CAVEATS = (
 TARGETS = {"seed-cnn": 0.5, "seed-rnn": 0.5, "text-cnn": 0.5, "mlp": 1.0}
 MISSED = {
     "seed-rnn": (
-        "Profile of one compiled step (1 thread, quiet machine, about 520 us): the input "
-        "projection's GEMMs, (400, 196) x (196, 64) forward and its weight gradient, take about "
-        "105 us each (OpenBLAS runs at ~50 GFLOP/s on this shape, half its large-matrix rate); "
-        "the recurrence (one rnn_scan primitive: 4 steps forward, backward through time) holds "
-        "12 small GEMMs, about 100 us; cross-entropy's ten small NumPy calls 34 us; the rest is "
-        "the plan's glue and the optimiser. The floor is 0.18 s per epoch. What would close it: "
-        "a small-GEMM path faster than OpenBLAS's for these shapes (the GEMMs alone are ~60% of "
-        "the step), and a compiled cross-entropy"
+        "Profile of one compiled step (1 thread; `python benchmarks/profile_step.py seed-rnn`): "
+        "about 470-520 us, of which the GEMMs are ~300 us and run at this machine's GEMM rate: "
+        "the input projection, (400, 196) x (196, 64), ~110 us forward and ~110 us for its "
+        "weight gradient (PyTorch's MKL takes the same ~105 us for this product, measured "
+        "alongside), and the recurrence's 9 small (100, 64) x (64, 64) products ~75 us. The "
+        "rest (~170 us) is the scan's elementwise work (tanh, one fused numba pass per step "
+        "backward), the loss and output layer (~25 us), SGD (~15 us) and the plan's per-kernel "
+        "dispatch. PyTorch spends ~1 ms a step, so the ratio sits at the 0.5 line and the "
+        "machine's noise decides each run. What would move it: fewer, larger GEMMs (the "
+        "projection cannot shrink) or a second core for the two big products"
     ),
 }
 
@@ -86,19 +88,38 @@ def targets_note(results: list[dict], micro: dict | None) -> str:
             if "tapegrad-compiled" in row and "torch" in row
         ]
         if over:
-            worst = max(over, key=lambda t: t[1])
+            missed = [(b, x) for b, x in over if x > 1]
+
+            def times(b: str, x: float) -> str:
+                ours, theirs = rows[b]["tapegrad-compiled"], rows[b]["torch"]
+                return (
+                    f"{b} {x:.2f}x: tapegrad-compiled {ours['median_us']:.1f} us "
+                    f"[{ours['min_us']:.1f}-{ours['max_us']:.1f}], torch "
+                    f"{theirs['median_us']:.1f} us [{theirs['min_us']:.1f}-"
+                    f"{theirs['max_us']:.1f}]"
+                )
+
             lines.append(
                 "- micro-benchmarks, each gradient at most PyTorch eager's time: "
                 + ", ".join(f"{b} {x:.2f}x" for b, x in over)
                 + (
                     ". Met."
-                    if worst[1] <= 1
-                    else f". **Missed** on {worst[0]} ({worst[1]:.2f}x): "
-                    "that gradient is GEMM-bound (about 40 MFLOP per call, two 100x784x128 "
-                    "products, which OpenBLAS runs at ~65 GFLOP/s: ~0.6 ms for both frameworks); "
-                    "the two timings' min-max ranges overlap."
+                    if not missed
+                    else ". **Missed** on " + "; ".join(times(b, x) for b, x in missed) + "."
                 )
             )
+    firsts = []
+    for r in results:
+        s = r["summary"]["tapegrad"]
+        if r.get("unit") == "epoch" and s.get("first_cold") and s["steady"]:
+            firsts.append((r["workload"], s["first"]["median"] - s["steady"]["median"]))
+    if firsts:
+        worst = max(d for _, d in firsts)
+        lines.append(
+            "- With a warm kernel cache the first epoch costs at most 2 s more than the others: "
+            + ", ".join(f"{w} {d:+.2f}s" for w, d in firsts)
+            + (". Met." if worst <= 2 else ". **Missed**.")
+        )
     lines.append(
         "- A steady compiled training step allocates at most 64 KiB: met on every preset "
         "(5-10 KiB; `tests/train/test_allocation.py` holds it)."

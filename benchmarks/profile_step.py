@@ -1,0 +1,98 @@
+"""Where a compiled training step's time goes: each kernel of the plan timed over many steps.
+
+    python benchmarks/profile_step.py seed-rnn [--steps 500] [--threads 1]
+
+Builds the preset's experiment (as ``tapegrad train`` does), traces its step, then wraps every
+forward kernel and every backward step of the plan with a timer and trains ``--steps`` steps.
+Prints microseconds per step for each, largest first, beside the whole step's time (the
+timers add about 0.3 us each). Forward entries are named by their primitive (``+`` joins a
+fused pair's first primitive, shown by its inputs); backward entries start with ``d``.
+Read the figures as shares: absolute times move with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+
+p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+p.add_argument("preset")
+p.add_argument("--steps", type=int, default=500)
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--data-dir", default=None)
+args = p.parse_args()
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[var] = str(args.threads)
+
+from tapegrad.train.experiment import setup  # noqa: E402
+from tapegrad.train.trainer import Trainer  # noqa: E402
+
+ex = setup(args.preset, data_dir=args.data_dir, log=None)
+trainer = Trainer(ex.model, ex.optimizer, ex.preset.task, progress=False, log=None)
+bs = ex.preset.batch_size
+x, y = ex.data.train.x, ex.data.train.y
+batches = max(1, min(len(y) // bs, 200))
+
+
+def step(i: int) -> None:
+    j = i % batches
+    trainer.train_step(x[j * bs : (j + 1) * bs], y[j * bs : (j + 1) * bs])
+
+
+for i in range(5):
+    step(i)
+if len(trainer._compiled.plans) != 1:
+    sys.exit(f"expected one plan, found {len(trainer._compiled.plans)}")
+plan = next(iter(trainer._compiled.plans.values()))
+spent: dict[str, float] = defaultdict(float)
+
+
+def timed(fn, name: str):
+    def run(*a):
+        t0 = time.perf_counter()
+        out = fn(*a)
+        spent[name] += time.perf_counter() - t0
+        return out
+
+    return run
+
+
+def shapes(eq) -> str:
+    return ", ".join(
+        str(tuple(plan.vals[v].shape)) if kind == 0 and plan.vals[v] is not None else "."
+        for kind, v in eq.ins
+    )
+
+
+fwd_names = {id(low.fwd): (v, plan.eq_of[v]) for v, low in plan.lowered.items() if low.fwd}
+for k, fn in enumerate(plan.program):
+    if fn.__name__ == "backward":  # the scheduled backward pass: wrap each of its steps
+        cell = next(
+            c.cell_contents
+            for c in fn.__closure__
+            if isinstance(c.cell_contents, list)
+            and c.cell_contents
+            and all(callable(f) for f in c.cell_contents)
+        )
+        for j, s in enumerate(cell):
+            v = s.__defaults__[0] if s.__defaults__ else None
+            eq = plan.eq_of.get(v) if isinstance(v, int) else None
+            label = f"d{eq.prim.name}#{v} ({shapes(eq)})" if eq else f"leaf gradient #{j}"
+            cell[j] = timed(s, label)
+        plan.program[k] = timed(fn, "= backward pass, all of it")
+    elif id(fn) in fwd_names:
+        v, eq = fwd_names[id(fn)]
+        plan.program[k] = timed(fn, f"{eq.prim.name}#{v} ({shapes(eq)})")
+    else:
+        plan.program[k] = timed(fn, f"other #{k} ({getattr(fn, '__qualname__', '?')})")
+
+t0 = time.perf_counter()
+for i in range(args.steps):
+    step(i)
+total = (time.perf_counter() - t0) / args.steps * 1e6
+print(f"{args.preset}: {total:.1f} us per training step ({args.threads} thread(s)), of which:")
+for name, sec in sorted(spent.items(), key=lambda kv: -kv[1]):
+    print(f"{sec / args.steps * 1e6:9.1f} us  {name}")
