@@ -744,7 +744,12 @@ def _scan_vjps(needs, outs, backward):
 
 @lowering("lstm_scan")
 def _lstm_scan(eq, xs, like):
-    from .primitives.recurrent import lstm_scan_backward, lstm_scan_buffers, lstm_scan_forward
+    from .primitives.recurrent import (
+        in_layout_of,
+        lstm_scan_backward,
+        lstm_scan_buffers,
+        lstm_scan_forward,
+    )
 
     xp, whh, h0, c0 = xs
     dt = like.dtype
@@ -752,15 +757,18 @@ def _lstm_scan(eq, xs, like):
     act, tc, hw = lstm_scan_buffers(xp)
     dxp, dwhh, tmp = np.empty(xp.shape, dt), np.empty(whh.shape, dt), np.empty(whh.shape, dt)
     dh, dc = np.empty(h0.shape, dt), np.empty(c0.shape, dt)
+    dx = in_layout_of(xp, dxp)  # as the eager VJP returns it
     needs = eq.needs
 
     def backward(g):
         lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
+        if needs[0] and dx is not dxp:
+            np.copyto(dx, dxp)
 
     return Lowered(
         out,
         lambda: lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw),
-        _scan_vjps(needs, (dxp, dwhh, dh, dc), backward),
+        _scan_vjps(needs, (dx, dwhh, dh, dc), backward),
     )
 
 
@@ -772,7 +780,7 @@ def _gru_scan(eq, xs, like):
     dt = like.dtype
     hs = _buf(like)
     act, hw = gru_scan_buffers(xp)
-    dxp, dhw = np.empty(xp.shape, dt), np.empty(xp.shape, dt)
+    dxp, dhw = np.empty_like(xp, dtype=dt), np.empty(xp.shape, dt)  # as the eager VJP
     dwhh, tmp, dbhh = np.empty(whh.shape, dt), np.empty(whh.shape, dt), np.empty(bhh.shape, dt)
     dh, dhd = np.empty(h0.shape, dt), np.empty(h0.shape, dt)
     needs = eq.needs

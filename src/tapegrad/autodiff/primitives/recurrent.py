@@ -189,6 +189,15 @@ def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, nee
         _recurrent_weight_grad(dxp, hs, h0, dwhh, tmp, H)
 
 
+def in_layout_of(xp: np.ndarray, dgates: np.ndarray) -> np.ndarray:
+    """The array the input projection's gradient goes to: ``dgates`` itself when ``xp`` is
+    time-major contiguous, else a new array in ``xp``'s layout (the batch-major projection
+    viewed time-major), which the gradient is copied into once, so that it flows back to the
+    projection as one contiguous matrix. ``dgates`` stays time-major: the recurrent weight's
+    gradient reads it as one (T*N, G) matrix."""
+    return dgates if xp.flags.c_contiguous else np.empty_like(xp, dtype=dgates.dtype)
+
+
 def _recurrent_weight_grad(dpre, hs, h0, dwhh, tmp, H) -> None:
     """``dwhh = sum_t dpre[t].T @ h_{t-1}``: one product for step 0 (against h0), one for all
     later steps at once (against hs[:-1], contiguous)."""
@@ -215,8 +224,11 @@ def _lstm_vjp(g, out, needs, xp, whh, h0, c0, aux):
     dwhh, tmp = np.empty(whh.shape, dt), np.empty(whh.shape, dt)
     dh, dc = np.empty(h0.shape, dt), np.empty(c0.shape, dt)
     lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
+    dx = in_layout_of(xp, dxp) if needs[0] else None
+    if dx is not None and dx is not dxp:
+        np.copyto(dx, dxp)
     return [
-        dxp if needs[0] else None,
+        dx,
         dwhh if needs[1] else None,
         dh if needs[2] else None,
         dc if needs[3] else None,
@@ -316,7 +328,7 @@ def _gru_forward(xp, whh, bhh, h0):
 
 def _gru_vjp(g, hs, needs, xp, whh, bhh, h0, aux):
     dt = g.dtype
-    dxp, dhw = np.empty(xp.shape, dt), np.empty(xp.shape, dt)
+    dxp, dhw = np.empty_like(xp, dtype=dt), np.empty(xp.shape, dt)  # dxp in xp's layout
     dwhh, tmp = np.empty(whh.shape, dt), np.empty(whh.shape, dt)
     dbhh = np.empty(bhh.shape, dt)
     dh, dhd = np.empty(h0.shape, dt), np.empty(h0.shape, dt)
