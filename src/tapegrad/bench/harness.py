@@ -449,7 +449,7 @@ def first_epoch_note(result: dict) -> str | None:
     if result["unit"] != "epoch" or not cold or not warm or not steady:
         return None
     return (
-        f"tapegrad's first epoch: {warm['median']:.2f}s with a warm kernel cache "
+        f"First epoch of tapegrad: {warm['median']:.2f}s with a warm kernel cache "
         f"({warm['n']} run(s)), {cold['median']:.2f}s with a cold one (an empty "
         f"NUMBA_CACHE_DIR: every kernel compiles); warm, it costs "
         f"{warm['median'] - steady['median']:+.2f}s over a steady epoch, cold "

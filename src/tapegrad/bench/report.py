@@ -76,7 +76,7 @@ def workload_table(result: dict) -> str:
     ]
     note = first_epoch_note(result)
     if note:
-        lines += [note[0].upper() + note[1:] + ".", ""]
+        lines += [note + ".", ""]
     g = result["guard"]
     if g["passed"]:
         lines.append(
