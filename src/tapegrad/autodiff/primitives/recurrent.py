@@ -88,6 +88,8 @@ def rnn_scan_backward(
 
 
 def _forward(xp, whh, h0, nonlinearity, zero_h0=False):
+    # h0's shape sets the backward kernel's loop bounds (boundscheck off), even with zero_h0
+    _check_states("rnn_scan", xp, whh, 1, {"h0": h0})
     hs = np.empty(xp.shape, dtype=xp.dtype)
     rnn_scan_forward(xp, whh, h0, nonlinearity, hs, np.empty(h0.shape, xp.dtype), zero_h0)
     return hs
