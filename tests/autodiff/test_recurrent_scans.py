@@ -192,6 +192,24 @@ def test_rnn_scan_rejects_an_initial_state_of_the_wrong_shape():
         F.rnn(x, wih, tg.tensor(whh, requires_grad=True), h0=np.zeros((1, 4), np.float32))
 
 
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_empty_sequences_are_rejected_by_name(kind):
+    g = {"rnn": 1, "lstm": 4, "gru": 3}[kind]
+    w_ih = tg.tensor(np.zeros((g * 4, 2), np.float32), requires_grad=True)
+    w_hh = tg.tensor(np.zeros((g * 4, 4), np.float32), requires_grad=True)
+    x = np.zeros((3, 0, 2), np.float32)  # batch-first: no time steps
+    with pytest.raises(tg.ShapeError, match=rf"{kind}: .*no time steps.*\(3, 0, 2\)"):
+        getattr(F, kind)(x, w_ih, w_hh)
+    xp = np.zeros((0, 3, g * 4), np.float32)
+    args = {"rnn": (np.zeros((3, 4)),), "lstm": (np.zeros((3, 4)),) * 2}
+    args["gru"] = (np.zeros(12), np.zeros((3, 4)))
+    kw = {"nonlinearity": "tanh"} if kind == "rnn" else {}
+    with pytest.raises(tg.ShapeError, match=rf"{kind}_scan: .*no time steps"):
+        getattr(ops, f"{kind}_scan")(
+            xp, w_hh.data, *(a.astype(np.float32) for a in args[kind]), **kw
+        )
+
+
 # -- against torch -------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch_first", [True, False])

@@ -146,6 +146,8 @@ def _check_states(name: str, xp, whh, gates: int, states: dict) -> None:
         )
     if whh.shape[0] != xp.shape[2]:
         raise ShapeError(f"{name}: whh must be ({xp.shape[2]}, H), got {whh.shape}")
+    if xp.shape[0] == 0:
+        raise ShapeError(f"{name}: xp {xp.shape} has no time steps")
     want = (xp.shape[1], whh.shape[1])
     for k, v in states.items():
         if v.shape != want:
