@@ -184,6 +184,35 @@ def test_lowered_convolutions_equal_eager(conv, shape):
     assert not [e.prim.name for v, e in plan.eq_of.items() if v not in plan.lowered]
 
 
+def test_conv_after_an_elementwise_op_on_a_channels_last_view_equals_eager():
+    # The conv backward's path (direct kernel or BLAS) depends on its input's memory layout.
+    # Eager, ``x * 2`` of a permuted (channels-last) view keeps that layout; the plan's
+    # lowered product must keep it too, or the plan takes the other path and its gradients
+    # differ from eager's in the last bits.
+    tg.manual_seed(0)
+    emb, conv, pool = nn.Embedding(40, 16), nn.Conv1d(16, 8, 3), nn.MaxPool1d(8)
+    params = [*emb.parameters(), *conv.parameters()]
+
+    def f(idx):
+        x = tg.permute(emb(idx), (0, 2, 1)) * 2.0
+        loss = (pool(conv(x).relu()) ** 2).mean()
+        for p in params:
+            p.grad = None
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(f)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        idx = rng.integers(0, 40, (4, 26))
+        le = f(tg.tensor(idx))
+        expect = [p.grad.copy() for p in params]
+        lc = compiled(idx)
+        assert le.item() == lc.item()
+        for a, p in zip(expect, params):
+            np.testing.assert_array_equal(a, p.grad)
+
+
 def test_embedding_index_out_of_range_raises_on_replay():
     emb = nn.Embedding(10, 4)
     f = tg.compile(lambda i: emb(i).sum())

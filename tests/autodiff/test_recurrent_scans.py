@@ -173,6 +173,43 @@ def test_scan_ops_reject_mismatched_shapes():
         ops.gru_scan(xp[..., :6], np.zeros((6, 2)), np.zeros(8), np.zeros((3, 2)))
 
 
+def test_rnn_scan_rejects_an_initial_state_of_the_wrong_shape():
+    # a (1, H) state broadcast in the forward of a one-step scan, but the backward kernel
+    # (boundscheck off) walked the state's shape: the input gradient's other rows were left
+    # uninitialised; a larger state with zero_h0 made it read and write past g and dxp
+    xp, whh = np.zeros((1, 3, 4), np.float32), np.zeros((4, 4), np.float32)
+    with pytest.raises(tg.ShapeError, match=r"rnn_scan: h0 must have shape \(3, 4\), got \(1, 4\)"):
+        ops.rnn_scan(xp, whh, np.zeros((1, 4), np.float32), nonlinearity="tanh")
+    with pytest.raises(tg.ShapeError, match=r"rnn_scan: h0 must have shape \(3, 4\)"):
+        ops.rnn_scan(xp, whh, np.zeros((5, 6), np.float32), nonlinearity="tanh", zero_h0=True)
+    with pytest.raises(tg.ShapeError, match=r"rnn_scan: expected xp \(T, N, 1H\)"):
+        ops.rnn_scan(
+            xp, np.zeros((4, 5), np.float32), np.zeros((3, 5), np.float32), nonlinearity="tanh"
+        )
+    x = tg.tensor(np.zeros((3, 1, 2), np.float32))
+    wih = tg.tensor(np.zeros((4, 2), np.float32), requires_grad=True)
+    with pytest.raises(tg.ShapeError, match=r"h0 must have shape \(3, 4\)"):
+        F.rnn(x, wih, tg.tensor(whh, requires_grad=True), h0=np.zeros((1, 4), np.float32))
+
+
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_empty_sequences_are_rejected_by_name(kind):
+    g = {"rnn": 1, "lstm": 4, "gru": 3}[kind]
+    w_ih = tg.tensor(np.zeros((g * 4, 2), np.float32), requires_grad=True)
+    w_hh = tg.tensor(np.zeros((g * 4, 4), np.float32), requires_grad=True)
+    x = np.zeros((3, 0, 2), np.float32)  # batch-first: no time steps
+    with pytest.raises(tg.ShapeError, match=rf"{kind}: .*no time steps.*\(3, 0, 2\)"):
+        getattr(F, kind)(x, w_ih, w_hh)
+    xp = np.zeros((0, 3, g * 4), np.float32)
+    args = {"rnn": (np.zeros((3, 4)),), "lstm": (np.zeros((3, 4)),) * 2}
+    args["gru"] = (np.zeros(12), np.zeros((3, 4)))
+    kw = {"nonlinearity": "tanh"} if kind == "rnn" else {}
+    with pytest.raises(tg.ShapeError, match=rf"{kind}_scan: .*no time steps"):
+        getattr(ops, f"{kind}_scan")(
+            xp, w_hh.data, *(a.astype(np.float32) for a in args[kind]), **kw
+        )
+
+
 # -- against torch -------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch_first", [True, False])

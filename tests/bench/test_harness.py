@@ -241,3 +241,22 @@ def test_first_epoch_note_separates_cold_and_warm_kernel_caches():
         "First epoch of tapegrad: 1.60s with a warm kernel cache (2 run(s)), 9.00s"
     )
     assert "+0.55s over a steady epoch, cold +7.95s" in note
+
+
+def test_first_epoch_note_needs_a_warm_run():
+    # with one repeat the only run is the cold one: the table's first epoch falls back to it,
+    # and the note must not present that cold epoch as the warm-cache one
+    from tapegrad.bench.harness import first_epoch_note, summarise
+
+    run = {
+        "epoch_seconds": [9.0, 1.0, 1.1],
+        "step_seconds": [0.01] * 6,
+        "batches_per_epoch": 2,
+        "kernel_cache": "cold",
+        **{k: 1 for k in ("peak_rss", "rss_before_training", "final_loss", "test_loss")},
+        **{k: 1 for k in ("alloc_per_epoch", "alloc_per_step", "alloc_method")},
+        **{k: 1 for k in ("first_loss", "test_accuracy", "mode", "notes", "versions")},
+    }
+    s = summarise([run], steps_mode=False)
+    assert s["first"]["median"] == 9.0 and s["first_cold"]["median"] == 9.0
+    assert first_epoch_note({"unit": "epoch", "summary": {"tapegrad": s}}) is None

@@ -137,6 +137,13 @@ def _buf(like):
     return np.empty(like.shape, like.dtype)
 
 
+def _buf_in_layout(like):
+    """A buffer in the memory layout of the traced output (an elementwise op on a transposed
+    view, eager, gives a transposed result). Rules downstream choose by layout (the conv
+    backward's direct kernel wants channels-last input), so the plan must keep eager's."""
+    return np.empty_like(like)
+
+
 def channel_view(shape: tuple, b_shape: tuple) -> tuple | None:
     """(P, Q, R) if an operand of ``b_shape`` broadcast to ``shape`` varies along one axis only
     (a bias: per feature or per channel), else None."""
@@ -156,8 +163,14 @@ def channel_view(shape: tuple, b_shape: tuple) -> tuple | None:
 def _binary(eq, xs, like):
     x, y = xs
     name = eq.prim.name
-    out = _buf(like)
-    if name == "add" and x.shape == like.shape and x.flags.c_contiguous and y.ndim <= x.ndim:
+    out = _buf_in_layout(like)
+    if (
+        name == "add"
+        and x.shape == like.shape
+        and x.flags.c_contiguous
+        and out.flags.c_contiguous
+        and y.ndim <= x.ndim
+    ):
         pqr = channel_view(like.shape, y.shape)
         if pqr is not None:  # a bias add: a compiled loop, no iterator buffer
             x3, out3, yflat = x.reshape(pqr), out.reshape(pqr), y.reshape(-1)
@@ -195,7 +208,7 @@ def _binary(eq, xs, like):
 @lowering("pow")
 def _pow(eq, xs, like):
     x, y = xs
-    out = _buf(like)
+    out = _buf_in_layout(like)
     full, full2 = _buf(like), _buf(like)
     ym1 = np.empty(y.shape, like.dtype)
     safe_x = np.empty(x.shape, like.dtype)
@@ -221,7 +234,7 @@ def _pow(eq, xs, like):
 def _unary(eq, xs, like):
     (x,) = xs
     name = eq.prim.name
-    out, gx, tmp = _buf(like), _buf(like), _buf(like)
+    out, gx, tmp = _buf_in_layout(like), _buf(like), _buf(like)
     if name == "neg":
         return Lowered(out, lambda: np.negative(x, out=out), [lambda g: np.negative(g, out=gx)])
     if name == "exp":

@@ -448,6 +448,8 @@ def first_epoch_note(result: dict) -> str | None:
     cold, warm, steady = s.get("first_cold"), s["first"], s["steady"]
     if result["unit"] != "epoch" or not cold or not warm or not steady:
         return None
+    if warm == cold:  # every run was cold (one repeat): "first" fell back to them, none is warm
+        return None
     return (
         f"First epoch of tapegrad: {warm['median']:.2f}s with a warm kernel cache "
         f"({warm['n']} run(s)), {cold['median']:.2f}s with a cold one (an empty "

@@ -113,14 +113,16 @@ def embedding(indices, weight: Tensor) -> Tensor:
 _NONLIN = {"tanh": ops.tanh, "relu": ops.relu}
 
 
-def _time_major_projection(x, weight_ih, bias, batch_first: bool):
+def _time_major_projection(op: str, x, weight_ih, bias, batch_first: bool):
     """``x @ W_ih^T + bias`` for every step at once, as a ``(T, N, G)`` tensor.
 
     A batch-first input is projected in its own layout (a free reshape to one matrix) and the
     result viewed time-major: the scans write their input gradient in that layout too, so no
     step copies the input or the gradient into time-major order."""
     if x.ndim != 3:
-        raise ShapeError(f"recurrent: input must be 3-D (batch, time, features), got {x.shape}")
+        raise ShapeError(f"{op}: input must be 3-D (batch, time, features), got {x.shape}")
+    if x.shape[1 if batch_first else 0] == 0:
+        raise ShapeError(f"{op}: the input has no time steps (no last state), got {x.shape}")
     xp = linear(x, weight_ih, bias)
     return ops.permute(xp, (1, 0, 2)) if batch_first else xp
 
@@ -156,7 +158,7 @@ def rnn(
     """
     if nonlinearity not in _NONLIN:
         raise ValueError(f"rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-    xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+    xp = _time_major_projection("rnn", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
     zero_h0 = h0 is None  # the scan then skips step 0's product with the zero state
     if zero_h0:
         h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype)
@@ -197,7 +199,7 @@ def lstm(
     Weights stack the gates as ``[i; f; g; o]`` (``weight_ih (4H, I)``, ``weight_hh (4H, H)``);
     ``c' = f*c + i*g``, ``h' = o*tanh(c')``. ``state`` defaults to zeros.
     """
-    xp = _time_major_projection(x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+    xp = _time_major_projection("lstm", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
     T, N = xp.shape[0], xp.shape[1]
     if state is None:
         zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
@@ -246,7 +248,7 @@ def gru(
     ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``.
     ``b_hh`` stays inside the recurrence because ``r`` multiplies its ``n`` part.
     """
-    xp = _time_major_projection(x, weight_ih, bias_ih, batch_first)
+    xp = _time_major_projection("gru", x, weight_ih, bias_ih, batch_first)
     G = weight_hh.shape[0]
     if h0 is None:
         h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)

@@ -88,6 +88,8 @@ def rnn_scan_backward(
 
 
 def _forward(xp, whh, h0, nonlinearity, zero_h0=False):
+    # h0's shape sets the backward kernel's loop bounds (boundscheck off), even with zero_h0
+    _check_states("rnn_scan", xp, whh, 1, {"h0": h0})
     hs = np.empty(xp.shape, dtype=xp.dtype)
     rnn_scan_forward(xp, whh, h0, nonlinearity, hs, np.empty(h0.shape, xp.dtype), zero_h0)
     return hs
@@ -144,6 +146,8 @@ def _check_states(name: str, xp, whh, gates: int, states: dict) -> None:
         )
     if whh.shape[0] != xp.shape[2]:
         raise ShapeError(f"{name}: whh must be ({xp.shape[2]}, H), got {whh.shape}")
+    if xp.shape[0] == 0:
+        raise ShapeError(f"{name}: xp {xp.shape} has no time steps")
     want = (xp.shape[1], whh.shape[1])
     for k, v in states.items():
         if v.shape != want:
