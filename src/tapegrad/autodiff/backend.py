@@ -28,8 +28,9 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if g.shape == shape:
         return g
     extra = g.ndim - len(shape)
-    if g.ndim == 2 and tuple(shape) in ((g.shape[1],), (1, g.shape[1])):
-        # a bias's gradient: the rows summed in order by a compiled loop (3x NumPy's speed)
+    if type(g) is np.ndarray and g.ndim == 2 and tuple(shape) in ((g.shape[1],), (1, g.shape[1])):
+        # a bias's gradient: the rows summed in order by a compiled (CPU) loop, 3x NumPy's
+        # speed; another array module takes the generic path below
         out = np.empty(g.shape[1], g.dtype)
         sum_rows(g, out)
         return out.reshape(shape)
