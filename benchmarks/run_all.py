@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
             micro_md = micro_module.markdown(micro)
         except ImportError:
             micro_md = None
+    # quote the command that made each figure (a workload re-run alone may have used other flags)
+    recorded = [r["command"] for r in results if r.get("command")]
+    if micro and micro.get("command"):
+        recorded.append(micro["command"])
+    if len(recorded) == len(results) + (1 if micro else 0):
+        commands = recorded
     charts(results, FIGURES)
     note = THREADS_NOTE.format(threads=results[0]["threads"])
     notes = [targets_note(results, micro), note, CAVEATS]
