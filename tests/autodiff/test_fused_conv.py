@@ -206,3 +206,22 @@ def test_dense_gradient_keeps_the_blas_path():
     assert not nn_prims.direct_backward_sparse(g)
     g[:, :, 1:] = 0
     assert nn_prims.direct_backward_sparse(g)
+
+
+def test_kernels_refuse_mismatched_shapes_before_their_unchecked_loops():
+    from tapegrad import ShapeError
+    from tapegrad.autodiff.kernels import conv as K
+
+    x = np.zeros((2, 3, 9, 9), np.float32)
+    w = np.zeros((4, 3, 3, 3), np.float32)
+    g = np.zeros((2, 4, 7, 7), np.float32)
+    with pytest.raises(ShapeError, match=r"conv_backward: output/gradient \(2, 4, 6, 7\)"):
+        K.conv_backward(g[:, :, :6], x, w, np.empty_like(w), None, None)
+    with pytest.raises(ShapeError, match=r"conv_backward: gx must have shape \(2, 3, 9, 9\)"):
+        K.conv_backward(g, x, w, None, None, np.empty((2, 3, 9, 8), np.float32))
+    with pytest.raises(ShapeError, match="conv_forward: input .* and weight .* do not fit"):
+        K.conv_forward(x, np.zeros((4, 2, 3, 3), np.float32), None, np.empty_like(g))
+    out = np.empty((2, 4, 3, 3), np.float32)  # pooled 7x7 by 2 is 3x3
+    arg = np.empty((2, 4, 3, 4), np.int8)
+    with pytest.raises(ShapeError, match=r"pooled array \(2, 4, 3, 4\) should be \(2, 4, 3, 3\)"):
+        K.conv2d_relu_max_pool_forward(x, w, None, (2, 2), (2, 2), out, arg)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ShapeError
 from .pool import max_pool_backward_reference, max_pool_forward_reference, pool_arg_dtype
 
 __all__ = [
@@ -345,6 +346,7 @@ def _bias_args(bias, dtype):
 def conv_forward(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, out: np.ndarray) -> None:
     """Stride-1, unpadded convolution of x (N, C, [H,] W) with w (O, C, [KH,] KW) (+ bias (O,))
     into ``out`` (N, O, [OH,] OW), in the module's summation order. x may be any strided view."""
+    _check_shapes("conv_forward", x, w, bias, conv_out=out)
     if numba is None:  # pragma: no cover
         conv_forward_reference(x, w, bias, out)
         return
@@ -363,6 +365,7 @@ def conv_backward(
     """Gradients of :func:`conv_forward` for the output gradient g: the weight's into ``gw``,
     the bias's into ``gb``, the input's into ``gx`` (each skipped when None). Zero entries of g
     are skipped, so a gradient that ReLU and pooling made sparse costs only its nonzeros."""
+    _check_shapes("conv_backward", x, w, conv_out=g, grads=(gw, gb, gx))
     if numba is None:  # pragma: no cover
         conv_backward_reference(g, x, w, gw, gb, gx)
         return
@@ -380,6 +383,32 @@ def _fused_forward(x, w, bias, kernel, stride, out, arg) -> None:
 def _fused_backward(g, x, w, out, arg, kernel, stride, gw, gb, gx) -> None:
     lead = (_as2d(g), _as2d(out), _as2d(arg), *kernel, *stride)
     _backward_call(_fused_bwd, lead, g, x, w, gw, gb, gx)
+
+
+def _check_shapes(op: str, x, w, bias=None, *, conv_out=None, pooled=(), grads=()) -> None:
+    """The loops below run without bounds checks: every array's shape is checked first.
+    ``conv_out``: an array shaped like the convolution's output; ``pooled``: arrays shaped like
+    the pooled output (``kernel``/``stride`` given as the last two); ``grads``: (gw, gb, gx)."""
+    x4, w4 = _as2d(x), _as2d(w)
+    if x.ndim != w.ndim or x.ndim not in (3, 4) or x4.shape[1] != w4.shape[1]:
+        raise ShapeError(f"{op}: input {x.shape} and weight {w.shape} do not fit")
+    conv = (x4.shape[0], w4.shape[0], x4.shape[2] - w4.shape[2] + 1, x4.shape[3] - w4.shape[3] + 1)
+    if conv[2] < 1 or conv[3] < 1:
+        raise ShapeError(f"{op}: weight {w.shape} is larger than input {x.shape}")
+    if bias is not None and bias.shape != (w4.shape[0],):
+        raise ShapeError(f"{op}: bias must have shape ({w4.shape[0]},), got {bias.shape}")
+    if conv_out is not None and _as2d(conv_out).shape != conv:
+        raise ShapeError(f"{op}: output/gradient {conv_out.shape} should be {conv[: x.ndim]}")
+    if pooled:
+        *arrays, kernel, stride = pooled
+        want = conv[:2] + _pool_out_shape(conv[2:], tuple(kernel)[-2:], tuple(stride)[-2:])
+        for a in arrays:
+            if _as2d(a).shape != want:
+                raise ShapeError(f"{op}: pooled array {a.shape} should be {want[: x.ndim]}")
+    gw, gb, gx = grads or (None, None, None)
+    for name, a, shape in (("gw", gw, w.shape), ("gb", gb, (w4.shape[0],)), ("gx", gx, x.shape)):
+        if a is not None and a.shape != shape:
+            raise ShapeError(f"{op}: {name} must have shape {shape}, got {a.shape}")
 
 
 def _check_pool(op: str, kernel: tuple, stride: tuple) -> None:
@@ -401,6 +430,7 @@ def conv2d_relu_max_pool_forward(
     into ``arg`` (``pool_arg_dtype(kernel)``). Stride-1 unpadded conv; windows must not overlap.
     """
     _check_pool("conv2d_relu_max_pool_forward", kernel, stride)
+    _check_shapes("conv2d_relu_max_pool_forward", x, w, bias, pooled=(out, arg, kernel, stride))
     if numba is None:  # pragma: no cover
         conv2d_relu_max_pool_forward_reference(x, w, bias, kernel, stride, out, arg)
         return
@@ -422,6 +452,13 @@ def conv2d_relu_max_pool_backward(
     """Gradients of :func:`conv2d_relu_max_pool_forward` for the pooled-output gradient g, from
     its ``out`` and ``arg``: into ``gw``, ``gb``, ``gx`` (each skipped when None)."""
     _check_pool("conv2d_relu_max_pool_backward", kernel, stride)
+    _check_shapes(
+        "conv2d_relu_max_pool_backward",
+        x,
+        w,
+        pooled=(g, out, arg, kernel, stride),
+        grads=(gw, gb, gx),
+    )
     if numba is None:  # pragma: no cover
         conv2d_relu_max_pool_backward_reference(g, x, w, out, arg, kernel, stride, gw, gb, gx)
         return
@@ -441,6 +478,7 @@ def conv1d_relu_max_pool_forward(
     kernel and stride (K,) pairs of the pooling, out and arg (N, O, P)."""
     k2, s2 = (1,) + tuple(kernel), (1,) + tuple(stride)
     _check_pool("conv1d_relu_max_pool_forward", k2, s2)
+    _check_shapes("conv1d_relu_max_pool_forward", x, w, bias, pooled=(out, arg, k2, s2))
     if numba is None:  # pragma: no cover
         conv1d_relu_max_pool_forward_reference(x, w, bias, kernel, stride, out, arg)
         return
@@ -462,6 +500,9 @@ def conv1d_relu_max_pool_backward(
     """Gradients of :func:`conv1d_relu_max_pool_forward` (see the 2-d form)."""
     k2, s2 = (1,) + tuple(kernel), (1,) + tuple(stride)
     _check_pool("conv1d_relu_max_pool_backward", k2, s2)
+    _check_shapes(
+        "conv1d_relu_max_pool_backward", x, w, pooled=(g, out, arg, k2, s2), grads=(gw, gb, gx)
+    )
     if numba is None:  # pragma: no cover
         conv1d_relu_max_pool_backward_reference(g, x, w, out, arg, kernel, stride, gw, gb, gx)
         return
