@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from ..autodiff import Tensor
+from .kernels import adam_update
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
@@ -72,36 +72,22 @@ class Adam(Optimizer):
             group["eps"],
             group["weight_decay"],
         )
-        t0, t1 = scratch
         state["step"] = step = state["step"] + 1
-        d = grad
-        if wd != 0:
-            if self._decoupled:
-                np.multiply(p, 1.0 - lr * wd, out=p)
-            else:
-                np.multiply(p, wd, out=t0)
-                np.add(grad, t0, out=t0)
-                d = t0
-        m, v = state["exp_avg"], state["exp_avg_sq"]
-        # m += (1 - beta1) * (d - m)
-        np.subtract(d, m, out=t1)
-        np.multiply(t1, 1.0 - beta1, out=t1)
-        np.add(m, t1, out=m)
-        # v = beta2 * v + (1 - beta2) * d * d
-        np.multiply(v, beta2, out=v)
-        np.multiply(d, 1.0 - beta2, out=t1)
-        np.multiply(t1, d, out=t1)
-        np.add(v, t1, out=v)
-        if group["amsgrad"]:
-            v = np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
-        step_size = lr / (1.0 - beta1**step)
-        bias2_sqrt = math.sqrt(1.0 - beta2**step)
-        np.sqrt(v, out=t1)
-        np.divide(t1, bias2_sqrt, out=t1)
-        np.add(t1, eps, out=t1)
-        np.divide(m, t1, out=t1)
-        np.multiply(t1, step_size, out=t1)
-        np.subtract(p, t1, out=p)
+        adam_update(
+            p,
+            grad,
+            state["exp_avg"],
+            state["exp_avg_sq"],
+            state["max_exp_avg_sq"] if group["amsgrad"] else None,
+            scratch,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            eps=eps,
+            wd=wd,
+            decoupled=self._decoupled,
+            step=step,
+        )
 
 
 class AdamW(Adam):

@@ -1,0 +1,116 @@
+"""Optimiser updates as one compiled pass over each parameter.
+
+Adam written with NumPy is thirteen array passes per parameter (each ``out=``, so allocation
+free, but each reading and writing the whole array): 200 us of the MLP's 750 us step, 450 us of
+the text CNN's 2 ms (its 5000 x 50 embedding). One loop reads ``p``, ``g``, ``m``, ``v`` once
+and writes them once. Every scalar is cast to the parameter's dtype first and the loop performs
+the NumPy version's operations in its order (no fused multiply-add), so the results are the same
+bits: the NumPy form (``*_reference``) stays the fallback for arrays the flat loop cannot take.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def adam_reference(p, g, m, v, vmax, l2, decoupled, wd, decay, c1, b2, c2, b2s, eps, size, scratch):
+    """One Adam(W) step in place with NumPy ufuncs into the two ``scratch`` arrays (shaped like
+    ``p``); the scalars as :func:`adam_update` makes them."""
+    t0, t1 = scratch
+    if decoupled:
+        np.multiply(p, decay, out=p)
+    d = g
+    if l2:
+        np.multiply(p, wd, out=t0)
+        np.add(g, t0, out=t0)
+        d = t0
+    np.subtract(d, m, out=t1)  # m += (1 - beta1) * (d - m)
+    np.multiply(t1, c1, out=t1)
+    np.add(m, t1, out=m)
+    np.multiply(v, b2, out=v)  # v = beta2 * v + (1 - beta2) * d * d
+    np.multiply(d, c2, out=t1)
+    np.multiply(t1, d, out=t1)
+    np.add(v, t1, out=v)
+    if vmax is not None:
+        v = np.maximum(vmax, v, out=vmax)
+    np.sqrt(v, out=t1)
+    np.divide(t1, b2s, out=t1)
+    np.add(t1, eps, out=t1)
+    np.divide(m, t1, out=t1)
+    np.multiply(t1, size, out=t1)
+    np.subtract(p, t1, out=p)
+
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+if numba is not None:
+    _BLOCK = 2048  # elements per pass of the loops below: the block stays in L1 between them
+
+    # error_model="numpy": division by zero gives inf/NaN as in NumPy, rather than Python's
+    # ZeroDivisionError check, whose branch kept the last loop scalar
+    @numba.njit(cache=True, boundscheck=False, nogil=True, error_model="numpy")
+    def _adam(p, g, m, v, vmax, amsgrad, l2, decoupled, wd, decay, c1, b2, c2, b2s, eps, size):
+        # One block at a time, a loop per array written: a loop that stores into several arrays
+        # stays scalar (and scalar float32 sqrt and division cost ~20 cycles an element). Each
+        # block is sliced so its loops index from 0, which lets LLVM drop numba's negative-index
+        # handling and vectorise.
+        n = p.shape[0]
+        for lo in range(0, n, _BLOCK):  # pragma: no cover - compiled
+            hi = min(lo + _BLOCK, n)
+            pb, gb, mb, vb = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+            k = pb.shape[0]
+            if l2:
+                for i in range(k):
+                    mb[i] = mb[i] + ((gb[i] + pb[i] * wd) - mb[i]) * c1
+                for i in range(k):
+                    d = gb[i] + pb[i] * wd
+                    vb[i] = vb[i] * b2 + d * c2 * d
+            else:
+                for i in range(k):
+                    mb[i] = mb[i] + (gb[i] - mb[i]) * c1
+                for i in range(k):
+                    vb[i] = vb[i] * b2 + gb[i] * c2 * gb[i]
+            vv = vb
+            if amsgrad:
+                xb = vmax[lo:hi]
+                for i in range(k):
+                    xb[i] = xb[i] if (xb[i] >= vb[i] or xb[i] != xb[i]) else vb[i]
+                vv = xb
+            if decoupled:
+                for i in range(k):
+                    pb[i] = pb[i] * decay - mb[i] / (np.sqrt(vv[i]) / b2s + eps) * size
+            else:
+                for i in range(k):
+                    pb[i] = pb[i] - mb[i] / (np.sqrt(vv[i]) / b2s + eps) * size
+
+
+def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):
+    """Adam (``decoupled``: AdamW) step ``step`` of parameter ``p`` with gradient ``g`` and
+    moments ``m``, ``v`` (``vmax`` the AMSGrad maximum, or None), all in place; ``scratch``
+    (two arrays shaped like ``p``) serves the NumPy form when the loop cannot take the arrays."""
+    t = p.dtype.type
+    l2 = wd != 0 and not decoupled
+    args = (
+        l2,
+        wd != 0 and decoupled,
+        t(wd),
+        t(1.0 - lr * wd),
+        t(1.0 - beta1),
+        t(beta2),
+        t(1.0 - beta2),
+        t(np.sqrt(1.0 - beta2**step)),
+        t(eps),
+        t(lr / (1.0 - beta1**step)),
+    )
+    arrays = (p, g, m, v) + ((vmax,) if vmax is not None else ())
+    flat = numba is not None and all(
+        a.flags.c_contiguous and a.dtype == p.dtype and a.shape == p.shape for a in arrays
+    )
+    if not flat:
+        adam_reference(p, g, m, v, vmax, *args, scratch)
+        return
+    vm = vmax.reshape(-1) if vmax is not None else v.reshape(-1)
+    _adam(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), vm, vmax is not None, *args)
