@@ -240,12 +240,7 @@ class Plan:
         """Emit ``second(first(...))`` as one lowered equation over ``first``'s inputs."""
         from .lowering import FUSIONS
 
-        xs = []
-        for kind, p in first.ins:
-            if kind == VAR:
-                xs.append(self.vals[p] if persistent[p] else None)
-            else:
-                xs.append(p.data if kind == EXT else p)
+        xs = self._inputs(first, persistent)
         if any(not isinstance(x, np.ndarray) for x in xs):
             return False
         low = FUSIONS[first.prim.name, second.prim.name](
@@ -256,35 +251,38 @@ class Plan:
         fused = Eq(second.prim, first.ins, second.attrs, second.out, first.needs)
         self.eq_of[second.out] = fused
         del self.eq_of[first.out]
-        self.lowered[second.out] = low
-        self.vals[second.out] = low.out
-        persistent[second.out] = True
-        self.ext_arrays += [(p, p.data) for kind, p in first.ins if kind == EXT]
-        program.append(low.fwd)
+        self._install(fused, low, persistent, program)
         return True
+
+    def _inputs(self, e: Eq, persistent) -> list:
+        """``e``'s input arrays as they stand at plan time: None for a value no lowering wrote
+        (it is recomputed each replay, so no buffer can hold on to it)."""
+        return [
+            (self.vals[p] if persistent[p] else None)
+            if kind == VAR
+            else (p.data if kind == EXT else p)
+            for kind, p in e.ins
+        ]
+
+    def _install(self, e: Eq, low, persistent, program) -> None:
+        """Make ``low`` the plan's code for ``e``: its output buffer, its forward kernel."""
+        self.lowered[e.out] = low
+        self.vals[e.out] = low.out
+        persistent[e.out] = True
+        self.ext_arrays += [(p, p.data) for kind, p in e.ins if kind == EXT]
+        if low.fwd is not None:
+            program.append(low.fwd)
 
     def _emit(self, e: Eq, trace, persistent, program) -> None:
         from .graph import Node
         from .lowering import lower
 
-        xs = []
-        for kind, p in e.ins:
-            if kind == VAR:
-                xs.append(self.vals[p] if persistent[p] else None)
-            elif kind == EXT:
-                xs.append(p.data)
-            else:
-                xs.append(p)
+        xs = self._inputs(e, persistent)
         low = None
         if all(x is not None for x in xs):
             low = lower(e, xs, trace.keep[e.out].data)
         if low is not None:
-            self.lowered[e.out] = low
-            self.vals[e.out] = low.out
-            persistent[e.out] = True
-            self.ext_arrays += [(p, p.data) for kind, p in e.ins if kind == EXT]
-            if low.fwd is not None:
-                program.append(low.fwd)
+            self._install(e, low, persistent, program)
         else:
             if any(e.needs):
                 self.nodes[e.out] = Node(
