@@ -31,6 +31,28 @@ class Lowered:
         self.out, self.fwd, self.vjps = out, fwd, vjps
 
 
+def one_pass_vjps(needs, outs, backward) -> list:
+    """VJP closures for a kernel whose one backward pass fills every input's gradient buffer
+    (``outs``): the first input needing a gradient runs ``backward(g)``, the others hand their
+    buffer out (the plan calls an equation's VJPs in input order)."""
+    first = next((i for i, n in enumerate(needs) if n), None)
+
+    def make_vjp(i):
+        if i == first:
+
+            def vjp(g):
+                backward(g)
+                return outs[i]
+        else:
+
+            def vjp(g):
+                return outs[i]
+
+        return vjp
+
+    return [make_vjp(i) for i in range(len(outs))]
+
+
 LOWERINGS: dict[str, Callable] = {}
 
 
@@ -649,23 +671,11 @@ def lower_bias_relu(add_eq, relu_eq, xs, like) -> Lowered | None:
     ):
         return None
     out, gx, gb = _buf(like), _buf(like), np.empty(b.shape, like.dtype)
-    needs = add_eq.needs
-    first = next((i for i, n in enumerate(needs) if n), None)
-
-    def make_vjp(i):
-        if i == first:  # one pass gives both gradients
-
-            def vjp(g):
-                bias_relu_backward(g, out, gx, gb)
-                return (gx, gb)[i]
-        else:
-
-            def vjp(g):
-                return (gx, gb)[i]
-
-        return vjp
-
-    return Lowered(out, lambda: bias_relu_forward(x, b, out), [make_vjp(0), make_vjp(1)])
+    return Lowered(
+        out,
+        lambda: bias_relu_forward(x, b, out),
+        one_pass_vjps(add_eq.needs, (gx, gb), lambda g: bias_relu_backward(g, out, gx, gb)),
+    )
 
 
 def lower_relu_max_pool(relu_eq, pool_eq, xs, like) -> Lowered | None:
@@ -713,46 +723,15 @@ def _rnn_scan(eq, xs, like):
     dh, tmp = np.empty(h0.shape, dt), np.empty(whh.shape, dt)
     sf, sb = np.empty(h0.shape, dt), np.empty(h0.shape, dt)  # forward and backward scratch
     needs = eq.needs
-    outs = (dxp, dwhh, dh)
-    first = next((i for i, n in enumerate(needs) if n), None)
 
-    def make_vjp(i):
-        if i == first:  # one pass backward through time computes every input's gradient
-
-            def vjp(g):
-                rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, sb, needs, zero)
-                return outs[i]
-        else:
-
-            def vjp(g):
-                return outs[i]
-
-        return vjp
+    def backward(g):  # one pass backward through time computes every input's gradient
+        rnn_scan_backward(g, hs, xp, whh, h0, nl, dxp, dwhh, dh, tmp, sb, needs, zero)
 
     return Lowered(
-        hs, lambda: rnn_scan_forward(xp, whh, h0, nl, hs, sf, zero), [make_vjp(i) for i in range(3)]
+        hs,
+        lambda: rnn_scan_forward(xp, whh, h0, nl, hs, sf, zero),
+        one_pass_vjps(needs, (dxp, dwhh, dh), backward),
     )
-
-
-def _scan_vjps(needs, outs, backward):
-    """One VJP closure per input; the first input needing a gradient runs the one backward
-    pass through time that fills every input's gradient buffer, the others hand theirs out."""
-    first = next((i for i, n in enumerate(needs) if n), None)
-
-    def make_vjp(i):
-        if i == first:
-
-            def vjp(g):
-                backward(g)
-                return outs[i]
-        else:
-
-            def vjp(g):
-                return outs[i]
-
-        return vjp
-
-    return [make_vjp(i) for i in range(len(outs))]
 
 
 @lowering("lstm_scan")
@@ -781,7 +760,7 @@ def _lstm_scan(eq, xs, like):
     return Lowered(
         out,
         lambda: lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw),
-        _scan_vjps(needs, (dx, dwhh, dh, dc), backward),
+        one_pass_vjps(needs, (dx, dwhh, dh, dc), backward),
     )
 
 
@@ -804,7 +783,7 @@ def _gru_scan(eq, xs, like):
     return Lowered(
         hs,
         lambda: gru_scan_forward(xp, whh, bhh, h0, hs, act, hw),
-        _scan_vjps(needs, (dxp, dwhh, dbhh, dh), backward),
+        one_pass_vjps(needs, (dxp, dwhh, dbhh, dh), backward),
     )
 
 
