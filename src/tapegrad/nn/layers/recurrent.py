@@ -30,7 +30,15 @@ class _Recurrent(Module):
     gates = 1
     _load_aliases = {f"{n}_l0": n for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
 
-    def __init__(self, input_size, hidden_size, bias, batch_first, rng, dtype) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        batch_first: bool = True,
+        rng: np.random.Generator | None = None,
+        dtype=np.float32,
+    ) -> None:
         super().__init__()
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)
         self.batch_first = bool(batch_first)
@@ -111,17 +119,6 @@ class LSTM(_Recurrent):
 
     gates = 4
 
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        bias: bool = True,
-        batch_first: bool = True,
-        rng: np.random.Generator | None = None,
-        dtype=np.float32,
-    ) -> None:
-        super().__init__(input_size, hidden_size, bias, batch_first, rng, dtype)
-
     def forward(self, x: Tensor, state=None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         if state is not None:
             if not isinstance(state, (tuple, list)) or len(state) != 2:
@@ -142,17 +139,6 @@ class GRU(_Recurrent):
     """
 
     gates = 3
-
-    def __init__(
-        self,
-        input_size: int,
-        hidden_size: int,
-        bias: bool = True,
-        batch_first: bool = True,
-        rng: np.random.Generator | None = None,
-        dtype=np.float32,
-    ) -> None:
-        super().__init__(input_size, hidden_size, bias, batch_first, rng, dtype)
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         self._check(x, [("h0", h0)])
