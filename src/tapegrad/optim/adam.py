@@ -59,12 +59,6 @@ class Adam(Optimizer):
     def _state_scalars(self, group: dict[str, Any]) -> tuple[str, ...]:
         return ("step",)
 
-    def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict) -> dict:
-        state: dict[str, Any] = {"step": 0}
-        for k in self._state_arrays(group):
-            state[k] = np.zeros(p.shape, dtype=p.dtype)
-        return state
-
     def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
         lr, (beta1, beta2), eps, wd = (
             group["lr"],

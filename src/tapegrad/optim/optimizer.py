@@ -114,7 +114,11 @@ class Optimizer:
         return ()
 
     def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> dict:
-        return {}
+        """A parameter's first state: its scalars at 0, its arrays zeros shaped like it."""
+        state: dict[str, Any] = dict.fromkeys(self._state_scalars(group), 0)
+        for k in self._state_arrays(group):
+            state[k] = np.zeros(p.shape, dtype=p.dtype)
+        return state
 
     def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
         raise NotImplementedError

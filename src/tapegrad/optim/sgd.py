@@ -53,6 +53,9 @@ class SGD(Optimizer):
     def _state_arrays(self, group: dict[str, Any]) -> tuple[str, ...]:
         return ("momentum_buffer",) if group["momentum"] != 0 else ()
 
+    def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict) -> dict:
+        return {}  # the momentum buffer starts as the first step's d, made in _update
+
     def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
         lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
         t0, t1 = scratch
