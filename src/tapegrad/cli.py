@@ -16,6 +16,10 @@ import sys
 import numpy as np
 
 EXIT_USAGE, EXIT_DIVERGED, EXIT_MISMATCH = 2, 3, 4
+RANKS_HELP = (
+    "train data-parallel on N MPI ranks (launches mpiexec; threads per rank = cores / N); "
+    "needs tapegrad[mpi]"
+)
 
 
 class UserError(Exception):
@@ -31,12 +35,68 @@ def _preset(name):
         raise UserError(str(e)) from None
 
 
+# -- ranks (tapegrad.distributed) ----------------------------------------------------------------
+def _launch_ranks(args) -> int | None:
+    """With ``--ranks N`` (N > 1) outside MPI: run this very command as N MPI ranks and return
+    the job's exit status; None when this process should do the work itself."""
+    from .distributed import launched_size
+
+    ranks, under_mpi = args.ranks, launched_size()
+    if ranks is None:
+        return None
+    if ranks < 1:
+        raise UserError(f"--ranks must be at least 1, got {ranks}")
+    if under_mpi > 1:
+        if ranks != under_mpi:
+            raise UserError(f"--ranks {ranks}, but mpiexec started {under_mpi} ranks")
+        return None
+    if ranks == 1:
+        return None
+    from .distributed.launch import run_ranks
+
+    return run_ranks(ranks, [args.command, *_without_ranks(args.argv)], args.command)
+
+
+def _without_ranks(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--ranks":
+            skip = True
+        elif not a.startswith("--ranks="):
+            out.append(a)
+    return out
+
+
+def _world():
+    """The MPI world when this process is one of several ranks (else a single process)."""
+    from .distributed import world
+    from .distributed.launch import THREAD_VARIABLES, threads_per_rank
+
+    comm = world()
+    if comm.distributed and not any(v in os.environ for v in THREAD_VARIABLES):
+        import numba  # started by a bare mpiexec: share the machine's cores between its ranks
+
+        numba.set_num_threads(min(threads_per_rank(comm.local_size()), numba.get_num_threads()))
+    return comm
+
+
+def _threads() -> int:
+    import numba
+
+    return numba.get_num_threads()
+
+
 # -- commands ------------------------------------------------------------------------------------
 def cmd_train(args) -> int:
     from . import save
     from .train import Trainer, plot, write_csv, write_json
     from .train.experiment import setup
 
+    launched = _launch_ranks(args)
+    if launched is not None:
+        return launched
     preset = _preset(args.preset)
     for flag in ("epochs", "batch_size", "max_steps"):
         v = getattr(args, flag)
@@ -52,6 +112,12 @@ def cmd_train(args) -> int:
         )
     epochs = args.epochs or preset.epochs
     batch_size = args.batch_size or preset.batch_size
+    comm = _world()
+    say = print if comm.rank == 0 else _quiet  # rank 0 alone reports and writes
+    if comm.distributed:
+        from .distributed import agree
+
+        agree(comm, {"command": vars_of(args), "tapegrad version": versions()["tapegrad"]})
     exp = setup(
         preset,
         args.dataset,
@@ -60,13 +126,15 @@ def cmd_train(args) -> int:
         lr=args.lr,
         optimizer=args.optimizer,
         momentum=args.momentum,
+        log=say,
     )
     ds, model = exp.data, exp.model
     n_params = sum(p.data.size for p in model.parameters())
-    print(
+    ranks = f", {comm.size} ranks x {_threads()} thread(s)" if comm.distributed else ""
+    say(
         f"{preset.name} on {exp.dataset}: {len(ds.train.y)} train / {len(ds.test.y)} test "
         f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}, batch "
-        f"{batch_size}, {epochs} epochs, seed {args.seed}"
+        f"{batch_size}, {epochs} epochs, seed {args.seed}{ranks}"
     )
     trainer = Trainer(
         model,
@@ -74,6 +142,7 @@ def cmd_train(args) -> int:
         preset.task,
         seed=args.seed,
         mode="eager" if args.eager else "compiled",
+        distributed=comm,
     )
     records = trainer.fit(
         ds.train,
@@ -96,8 +165,12 @@ def cmd_train(args) -> int:
         "parameters": int(n_params),
         "global_steps": trainer.global_step,
         "mode": trainer.mode,
+        "ranks": comm.size,
+        "threads_per_rank": _threads(),
         "versions": versions(),
     }
+    if comm.rank != 0:
+        return 0
     if args.json:
         write_json(args.json, records, info)
     if args.csv:
@@ -114,6 +187,15 @@ def cmd_train(args) -> int:
         save(model, args.save, metadata=meta)
         print(f"saved weights to {args.save}")
     return 0
+
+
+def _quiet(*args, **kwargs) -> None:
+    pass
+
+
+def vars_of(args) -> dict:
+    """The parsed command line as plain values (what every rank must have been given)."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in ("func", "argv")}
 
 
 def cmd_evaluate(args) -> int:
@@ -291,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue from the newest checkpoint in --checkpoint-dir (fresh if none)",
     )
+    t.add_argument("--ranks", type=int, help=RANKS_HELP)
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("evaluate", help="evaluate a model file written by 'train --save'")
@@ -335,12 +418,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--quick", action="store_true", help="micro: small sizes, for a smoke test")
     b.add_argument("--perturb-peer", action="store_true", help=argparse.SUPPRESS)
+    b.add_argument(
+        "--ranks",
+        type=int,
+        help="compare N MPI ranks x cores/N threads with 1 process (1 thread, all cores) "
+        "training the workload; needs tapegrad[mpi]",
+    )
     b.set_defaults(func=cmd_bench)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from .data import DatasetError
+    from .distributed import DistributedError
     from .serialization import ModelFileError
     from .train import TrainingDiverged
 
@@ -349,15 +439,37 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:
         return args.func(args)
-    except (UserError, DatasetError, ModelFileError, FileNotFoundError) as e:
-        print(f"tapegrad {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+    except (UserError, DatasetError, ModelFileError, FileNotFoundError, DistributedError) as e:
+        return _fail(args, EXIT_USAGE, f"error: {e}", shared=isinstance(e, DistributedError))
     except TrainingDiverged as e:
-        print(f"tapegrad {args.command}: training diverged: {e}", file=sys.stderr)
-        return EXIT_DIVERGED
+        return _fail(args, EXIT_DIVERGED, f"training diverged: {e}", shared=True)
     except KeyboardInterrupt:
-        print(f"tapegrad {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return _fail(args, 130, "interrupted")
+
+
+def _fail(args, code: int, message: str, shared: bool = False) -> int:
+    """Report a failure in one line and return ``code``.
+
+    Under MPI: before MPI started (bad arguments), every rank fails alike, rank 0 reports and
+    all exit. After, a failure every rank meets together (ranks that disagree, a diverged
+    global loss: ``shared``) is reported by rank 0 and all exit; any other is this rank's own,
+    so it is reported with the rank's number and the whole job is aborted, lest the other
+    ranks wait for this one forever.
+    """
+    from . import distributed
+
+    comm = distributed.active()
+    line = f"tapegrad {args.command}: {message}"
+    if comm is None or not comm.distributed:
+        if distributed.launched_rank() == 0:
+            print(line, file=sys.stderr)
+        return code
+    if shared:
+        if comm.rank == 0:
+            print(line, file=sys.stderr)
+        return code
+    distributed.fail(comm, line, code)
+    return code  # pragma: no cover - abort does not return
 
 
 if __name__ == "__main__":  # pragma: no cover

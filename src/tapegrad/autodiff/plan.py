@@ -61,6 +61,15 @@ class Call:
         self.fn = fn
 
 
+class Reduce:
+    """A gradient reduction (see :func:`reduce_gradients`) and the loss it is handed."""
+
+    __slots__ = ("fn", "loss")
+
+    def __init__(self, fn, loss):
+        self.fn, self.loss = fn, loss
+
+
 class Trace:
     """What a traced call did; built by the hooks in ``graph.apply`` and ``graph.backward``."""
 
@@ -133,6 +142,30 @@ def effect(fn: Callable[[], object]):
         _tensor_mod._TRACING.active = trace
 
 
+def reduce_gradients(fn: Callable[[np.ndarray], object], loss: Tensor) -> None:
+    """Call ``fn(loss.data)`` now: the seam where data-parallel training reduces gradients.
+
+    Call it after ``backward()`` and before the optimiser step. While tracing it is recorded,
+    so every replay of the plan calls ``fn`` at this point with the loss's current value. If
+    ``fn`` has a ``buffers(leaves)`` method (``tapegrad.distributed.GradientAverager`` has),
+    the plan asks it once for the arrays to accumulate the leaves' gradients into (views of one
+    flat buffer, so the reduction is one in-place collective and copies nothing); otherwise the
+    plan allocates gradient buffers as usual. Nothing inside ``fn`` is traced.
+    """
+    trace = _tensor_mod._TRACING.active
+    if trace is None:
+        fn(loss.data)
+        return
+    if id(loss) not in trace.var_of:
+        raise TraceError("reduce_gradients: the loss was computed outside the compiled function")
+    trace.events.append(Reduce(fn, trace.var_of[id(loss)]))
+    _tensor_mod._TRACING.active = None
+    try:
+        fn(loss.data)
+    finally:
+        _tensor_mod._TRACING.active = trace
+
+
 def _signature(args) -> tuple:
     key = []
     for a in args:
@@ -183,6 +216,7 @@ class Plan:
             persistent[v] = True
         self.input_vals = [t.data for t in input_tensors]
         self._check_constants(trace)
+        self._reduction_buffers(trace)
         fusable = self._fusable(trace)
         deferred: dict[int, Eq] = {}
         program: list[Callable] = []
@@ -199,10 +233,34 @@ class Plan:
                 self._emit(e, trace, persistent, program)
             elif isinstance(e, Backward):
                 program.append(self._schedule_backward(e, trace))
+            elif isinstance(e, Reduce):
+                program.append(self._reduction(e))
             else:
                 program.append(e.fn)
         self.program = program
         self.ext_arrays = list({id(t): (t, a) for t, a in self.ext_arrays}.values())
+
+    def _reduction_buffers(self, trace: Trace) -> None:
+        """Let a gradient reduction choose where the leaves' gradients accumulate (one flat
+        buffer it reduces in place); the leaves it does not claim get their own buffers."""
+        for e in trace.events:
+            if isinstance(e, Reduce) and hasattr(e.fn, "buffers"):
+                leaves = [
+                    p
+                    for b in trace.events
+                    if isinstance(b, Backward)
+                    for k, p in b.order
+                    if k == EXT
+                ]
+                self.leaf_grads.update(e.fn.buffers(leaves))
+
+    def _reduction(self, e: Reduce) -> Callable:
+        vals, fn, v = self.vals, e.fn, e.loss
+
+        def reduce():
+            fn(vals[v])
+
+        return reduce
 
     def _fusable(self, trace: Trace) -> set[int]:
         """Outputs of equations fused into their single consumer (see ``FUSIONS``): read by
@@ -218,6 +276,8 @@ class Plan:
                         uses[p] = uses.get(p, 0) + 1
             elif isinstance(e, Backward):
                 uses[e.root] = uses.get(e.root, 0) + 1
+            elif isinstance(e, Reduce):
+                uses[e.loss] = uses.get(e.loss, 0) + 1
         for v in _spec_vars(self.out_spec):
             uses[v] = uses.get(v, 0) + 1
         out = set()
@@ -453,8 +513,10 @@ class Plan:
         raise KeyError(ident)
 
     def _leaf_step(self, t: Tensor, leaf_store: dict) -> Callable:
-        buf = self.leaf_grads[id(t)] = np.empty_like(t.data)
         key = id(t)
+        buf = self.leaf_grads.get(key)
+        if buf is None:
+            buf = self.leaf_grads[key] = np.empty_like(t.data)
 
         def step():
             g = leaf_store.pop(key, None)

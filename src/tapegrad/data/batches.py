@@ -21,6 +21,11 @@ class Batches:
     ``for xb, yb in batches`` runs the current epoch (from batch ``start`` if one was given to
     the constructor or :meth:`set_epoch`) and then advances to the next epoch; :meth:`epoch`
     runs any epoch explicitly. ``len()`` is the number of batches per epoch.
+
+    With ``shard=(rank, ranks)`` each batch is rank ``rank``'s contiguous part of the global
+    batch of ``batch_size`` samples (data-parallel training: the global batches, and so the
+    training, do not depend on how many ranks share them); :meth:`global_size` is the size of
+    the whole global batch.
     """
 
     def __init__(
@@ -34,6 +39,7 @@ class Batches:
         *,
         epoch: int = 0,
         start: int = 0,
+        shard: tuple[int, int] | None = None,
     ):
         x = np.asanyarray(x)  # keeps subclasses such as np.memmap
         if x.ndim == 0:
@@ -52,6 +58,11 @@ class Batches:
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.drop_last = bool(drop_last)
+        if shard is not None and not 0 <= shard[0] < shard[1]:
+            raise ValueError(
+                f"Batches: shard must be (rank, ranks) with 0 <= rank < ranks, got {shard}"
+            )
+        self.shard = shard
         self.set_epoch(epoch, start)
 
     @property
@@ -80,11 +91,18 @@ class Batches:
         order = self.order(epoch) if self.shuffle else None
         for i in range(start, n_batches):
             lo, hi = i * b, min((i + 1) * b, self.n_samples)
+            if self.shard is not None:  # this rank's contiguous part of the global batch
+                rank, ranks = self.shard
+                lo, hi = lo + (hi - lo) * rank // ranks, lo + (hi - lo) * (rank + 1) // ranks
             idx = order[lo:hi] if order is not None else slice(lo, hi)
             if self.y is None:
                 yield self.x[idx]
             else:
                 yield self.x[idx], self.y[idx]
+
+    def global_size(self, i: int) -> int:
+        """Samples in batch ``i`` over all shards (the last batch may be short)."""
+        return min(self.batch_size, self.n_samples - i * self.batch_size)
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Make the next ``iter()`` run ``epoch`` from batch ``start`` (checkpoint resume)."""

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import nn
+from .. import __version__, nn
+from .. import distributed as dist
 from ..autodiff import Tensor, compile, no_grad
+from ..autodiff.plan import reduce_gradients
 from ..data import Batches
 from .checkpoint import load_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
@@ -40,6 +42,13 @@ class Trainer:
 
     ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores) or
     ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample).
+
+    ``distributed=True`` (or a communicator from :mod:`tapegrad.distributed`) trains data-parallel
+    when the process is one of several MPI ranks: rank 0's parameters and optimiser state are
+    broadcast at the start, each rank takes its contiguous part of every global batch of
+    ``batch_size`` samples, gradients are averaged with one allreduce per step, and metrics are
+    reduced across ranks (time, allocation and peak RSS: the largest rank's). Rank 0 alone
+    logs and writes checkpoints. In a single process it changes nothing.
     """
 
     def __init__(
@@ -53,6 +62,7 @@ class Trainer:
         log: Callable[[str], None] | None = print,
         alloc_samples: int = 4,
         mode: str = "compiled",
+        distributed: bool | dist.SingleWorld = False,
     ):
         if task not in ("multiclass", "binary"):
             raise ValueError(f"task must be 'multiclass' or 'binary', got {task!r}")
@@ -65,6 +75,15 @@ class Trainer:
         self.sampler = AllocationSampler(alloc_samples)
         self.records: list[EpochRecord] = []
         self.global_step = 0
+        if distributed is True:
+            distributed = dist.world()
+        self.comm = distributed or dist.SingleWorld()
+        self._reducer: dist.GradientAverager | None = None
+        if self.comm.distributed:
+            dist.guard(self.comm)
+            self._counts = np.zeros(1)
+            if self.comm.rank != 0:  # rank 0 alone reports
+                self.progress, self.log = False, lambda s: None
         self._compiled = compile(self._forward_backward) if mode == "compiled" else None
 
     # -- one step ------------------------------------------------------------------------------
@@ -90,21 +109,39 @@ class Trainer:
         loss = self.loss(logits, y)
         self.optimizer.zero_grad()
         loss.backward()
+        if self._reducer is not None:
+            reduce_gradients(self._reducer, loss)  # the allreduce, before the optimiser step
         return loss, logits
 
-    def train_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    def train_step(
+        self, x: np.ndarray, y: np.ndarray, global_size: int | None = None
+    ) -> tuple[float, int]:
         """One optimiser step on a batch; returns the batch's mean loss and correct count.
 
         When the loss is not finite the update is skipped and the loss returned, so the caller
-        can stop with the parameters untouched.
+        can stop with the parameters untouched. Data-parallel, ``(x, y)`` is this rank's part of
+        a global batch of ``global_size`` samples, and the loss and count returned are the
+        global batch's (the same on every rank).
         """
-        yt = self.targets(y, self._float_dtype())
-        if self._compiled is not None:
-            loss, logits = self._compiled(x, yt, self.model.training)
+        reducer = self._reducer
+        if reducer is not None:
+            reducer.weight = len(x) / (global_size or len(x))
+            if len(x) == 0:  # a global batch smaller than the ranks: contribute nothing
+                self.optimizer.zero_grad()
+                reducer(np.zeros((), self._float_dtype()))
+        if reducer is not None and len(x) == 0:
+            value, correct = reducer.loss, 0
         else:
-            loss, logits = self._forward_backward(Tensor(x), yt)
-        value = loss.item()
-        correct = self.correct(logits.data, y)
+            yt = self.targets(y, self._float_dtype())
+            if self._compiled is not None:
+                loss, logits = self._compiled(x, yt, self.model.training)
+            else:
+                loss, logits = self._forward_backward(Tensor(x), yt)
+            value = loss.item() if reducer is None else reducer.loss
+            correct = self.correct(logits.data, y)
+        if reducer is not None:
+            self._counts[0] = correct
+            correct = int(self.comm.allreduce(self._counts)[0])
         if math.isfinite(value):
             self.optimizer.step()
         return value, correct
@@ -117,7 +154,14 @@ class Trainer:
         return dtype
 
     def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
-        """Mean loss and accuracy over (x, y), in eval mode without recording a graph."""
+        """Mean loss and accuracy over (x, y), in eval mode without recording a graph.
+
+        Data-parallel, each rank evaluates its contiguous part of (x, y) and the sums are
+        reduced, so every rank returns the figures for the whole set."""
+        n_all = len(x)
+        if self.comm.distributed:
+            part = dist.shard(n_all, self.comm.rank, self.comm.size)
+            x, y = x[part], y[part]
         was_training = self.model.training
         self.model.eval()
         total_loss, total_correct = 0.0, 0
@@ -131,7 +175,10 @@ class Trainer:
                     total_correct += self.correct(logits.data, yb)
         finally:
             self.model.train(was_training)
-        n = max(len(x), 1)
+        if self.comm.distributed:
+            sums = self.comm.allreduce(np.array([total_loss, total_correct], dtype=np.float64))
+            total_loss, total_correct = float(sums[0]), int(sums[1])
+        n = max(n_all, 1)
         return total_loss / n, total_correct / n
 
     # -- the loop ------------------------------------------------------------------------------
@@ -157,9 +204,14 @@ class Trainer:
         """
         x, y = _xy(train)
         xt, yt = _xy(test) if test is not None else (None, None)
-        batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed)
+        comm = self.comm
+        shard = (comm.rank, comm.size) if comm.distributed else None
+        batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed, shard=shard)
         epoch, start, partial = 1, 0, None
         self.records = []
+        if comm.distributed:
+            facts = dict(epochs=epochs, batch_size=batch_size, max_steps=max_steps)
+            self._start_distributed(x, y, xt, yt, facts)
         if resume and checkpoint_dir is not None:
             epoch, start, partial = self._restore(checkpoint_dir)
         self.log(table_header())
@@ -181,13 +233,14 @@ class Trainer:
             stopped = False
             t0 = time.perf_counter()
             for step_index, (xb, yb) in enumerate(batches.epoch(epoch, start=start), start):
+                global_size = batches.global_size(step_index)
                 if self.sampler.wants(step_index):
                     (value, correct), nbytes = traced_step(
-                        lambda xb=xb, yb=yb: self.train_step(xb, yb)
+                        lambda xb=xb, yb=yb, n=global_size: self.train_step(xb, yb, n)
                     )
                     sums["alloc"].append(nbytes)
                 else:
-                    value, correct = self.train_step(xb, yb)
+                    value, correct = self.train_step(xb, yb, global_size)
                 if not math.isfinite(value):
                     bar.close()
                     where = (
@@ -199,9 +252,9 @@ class Trainer:
                         f"{where}. Run the step under tapegrad.detect_anomaly() to find the "
                         f"first operation that produced a NaN or Inf"
                     )
-                sums["loss"] += value * len(xb)
+                sums["loss"] += value * global_size
                 sums["correct"] += correct
-                sums["seen"] += len(xb)
+                sums["seen"] += global_size
                 self.global_step += 1
                 bar.update(1)
                 if bar.disable is False and step_index % 10 == 0:
@@ -239,6 +292,34 @@ class Trainer:
         return self.records
 
     # -- helpers -------------------------------------------------------------------------------
+    def _start_distributed(self, x, y, xt, yt, facts: dict) -> None:
+        """Check that every rank runs the same thing, give them all rank 0's parameters and
+        optimiser state, and make the flat buffer gradients are averaged in."""
+        comm, params = self.comm, list(self.model.parameters())
+        data = dist.fingerprint(x, y, *(() if xt is None else (xt, yt)))
+        shapes = [f"{n}{list(p.shape)}:{p.dtype}" for n, p in self.model.named_parameters()]
+        dist.agree(
+            comm,
+            {
+                "tapegrad version": __version__,
+                "data": data,
+                "parameters": shapes,
+                "optimizer": type(self.optimizer).__name__,
+                "seed": self.seed,
+                "task": self.task,
+                "mode": self.mode,
+                **facts,
+            },
+        )
+        for p in params:
+            comm.bcast_array(p.data)
+        state = comm.bcast(self.optimizer.state_dict())
+        if comm.rank != 0:
+            self.optimizer.load_state_dict(state)
+        self._reducer = dist.GradientAverager(comm, params)
+        if self._compiled is not None:
+            self._compiled.clear()  # plans traced before the reduction existed lack it
+
     def _bar(self, total: int, initial: int, epoch: int):
         from tqdm.auto import tqdm
 
@@ -261,15 +342,20 @@ class Trainer:
             test_loss, test_acc = self.evaluate(xt, yt, eval_batch_size)
         eval_seconds = time.perf_counter() - t0
         per_step = int(np.median(sums["alloc"])) if sums["alloc"] else None
+        seconds, rss = sums["seconds"], peak_rss_bytes()
+        if self.comm.distributed:  # the slowest, largest rank's figures
+            worst = [seconds, eval_seconds, rss, -1 if per_step is None else per_step]
+            seconds, eval_seconds, rss, per_step = self.comm.allreduce(np.array(worst), op="max")
+            rss, per_step = int(rss), None if per_step < 0 else int(per_step)
         seen = max(sums["seen"], 1)
         return EpochRecord(
             epoch=epoch,
             steps=steps,
-            seconds=sums["seconds"],
-            samples_per_second=sums["seen"] / max(sums["seconds"], 1e-9),
+            seconds=seconds,
+            samples_per_second=sums["seen"] / max(seconds, 1e-9),
             allocated_bytes=None if per_step is None else per_step * steps,
             allocated_per_step=per_step,
-            peak_rss_bytes=peak_rss_bytes(),
+            peak_rss_bytes=rss,
             loss=sums["loss"] / seen,
             train_accuracy=sums["correct"] / seen,
             test_loss=test_loss,
@@ -278,7 +364,9 @@ class Trainer:
             first=first,
         )
 
-    def _save(self, directory, epoch: int, start: int, partial: dict | None) -> Path:
+    def _save(self, directory, epoch: int, start: int, partial: dict | None) -> Path | None:
+        if self.comm.rank != 0:
+            return None  # rank 0 alone writes; every rank holds the same state
         meta = {
             "epoch": epoch,
             "start": start,
@@ -291,7 +379,8 @@ class Trainer:
         )
 
     def _restore(self, directory) -> tuple[int, int, dict | None]:
-        found = load_latest(directory)
+        found = load_latest(directory) if self.comm.rank == 0 else None
+        found = self.comm.bcast(found)  # rank 0's checkpoint, on every rank
         if found is None:
             self.log(f"no checkpoint in {directory} yet: starting fresh")
             return 1, 0, None
