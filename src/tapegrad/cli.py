@@ -117,7 +117,7 @@ def cmd_train(args) -> int:
     if comm.distributed:
         from .distributed import agree
 
-        agree(comm, {"command": vars_of(args), "tapegrad version": versions()["tapegrad"]})
+        agree(comm, {**vars_of(args), "tapegrad version": versions()["tapegrad"]})
     exp = setup(
         preset,
         args.dataset,
@@ -130,7 +130,8 @@ def cmd_train(args) -> int:
     )
     ds, model = exp.data, exp.model
     n_params = sum(p.data.size for p in model.parameters())
-    ranks = f", {comm.size} ranks x {_threads()} thread(s)" if comm.distributed else ""
+    n = _threads()
+    ranks = f", {comm.size} ranks x {n} thread{'s' if n > 1 else ''}" if comm.distributed else ""
     say(
         f"{preset.name} on {exp.dataset}: {len(ds.train.y)} train / {len(ds.test.y)} test "
         f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}, batch "
@@ -273,6 +274,8 @@ def cmd_bench(args) -> int:
     """Run a seed workload (or the micro-benchmarks) with tapegrad and its peers side by side."""
     if args.workload == "micro":
         return _bench_micro(args)
+    if args.ranks is not None:
+        return _bench_ranks(args)
     from .bench import BenchError, format_table, run_benchmark
 
     peers = _split(args.vs, "torch,jax")
@@ -299,6 +302,31 @@ def cmd_bench(args) -> int:
         for failure in result["guard"]["failures"]:
             print(f"tapegrad bench: frameworks disagree: {failure}", file=sys.stderr)
         return EXIT_MISMATCH
+    return 0
+
+
+def _bench_ranks(args) -> int:
+    """``bench WORKLOAD --ranks N``: N ranks x cores/N threads against one process."""
+    from .bench.scaling import ScalingError, markdown, measure
+
+    if args.ranks < 2:
+        raise UserError(f"bench --ranks compares N >= 2 ranks with one process, got {args.ranks}")
+    try:
+        result = measure(
+            [args.workload],
+            ranks=args.ranks,
+            repeats=3 if args.repeats is None else args.repeats,
+            epochs=args.epochs,
+            max_steps=args.steps,
+            seed=args.seed,
+            data_dir=args.data_dir,
+        )
+    except ScalingError as e:
+        raise UserError(str(e)) from None
+    result["command"] = "tapegrad bench " + " ".join(args.argv)
+    print(markdown(result))
+    if args.json:
+        _write_json(args.json, result)
     return 0
 
 

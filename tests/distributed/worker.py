@@ -9,6 +9,7 @@ single-process reference with the same global batches.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -45,8 +46,11 @@ def main(out: str, mode: str, optimizer: str, steps: int) -> None:
     trainer = Trainer(net, opt, seed=1, progress=False, log=None, mode=mode, distributed=True)
     losses = []
     step = trainer.train_step
+    fail_at = os.environ.get("TAPEGRAD_TEST_RAISE")  # "R:S": rank R raises at its step S
 
     def recording_step(x, y, n=None):
+        if fail_at and [comm.rank, len(losses) + 1] == [int(v) for v in fail_at.split(":")]:
+            raise RuntimeError(f"injected failure at step {len(losses) + 1}")
         value, correct = step(x, y, n)
         losses.append(value)
         return value, correct

@@ -234,7 +234,8 @@ def agree(comm: SingleWorld, facts: dict[str, Any], what: str = "start") -> None
         return
     every = comm.allgather(facts)
     first = every[0]
-    for key in first.keys() | set().union(*every):
+    keys = list(first) + sorted({k for f in every for k in f} - first.keys())
+    for key in keys:
         for r, other in enumerate(every[1:], 1):
             if other.get(key) != first.get(key):
                 raise DistributedError(
