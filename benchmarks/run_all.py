@@ -196,12 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     note = THREADS_NOTE.format(threads=results[0]["threads"])
     notes = [targets_note(results, micro), note, CAVEATS]
     text = markdown(results, micro, micro_md, commands, notes=notes)
+    scaling = _scaling_section()
+    if scaling:  # benchmarks/scaling.py's section survives a re-render
+        text = text.rstrip() + "\n\n" + scaling + "\n"
     (ROOT / "BENCHMARKS.md").write_text(text)
     print(f"wrote {ROOT / 'BENCHMARKS.md'} and {FIGURES}/*.png")
     if failed:
         print(f"failed (see above): {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _scaling_section() -> str | None:
+    """The data-parallel scaling section benchmarks/scaling.py wrote, if BENCHMARKS.md has one."""
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text() if path.exists() else ""
+    begin, end = "<!-- scaling:begin -->", "<!-- scaling:end -->"
+    if begin in text and end in text:
+        return text[text.index(begin) : text.index(end) + len(end)]
+    return None
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ def runs(tmp_path_factory):
             done = mpirun(2, [str(WORKER), str(folder), mode, opt, str(K)])
             assert done.returncode == 0, done.stderr
             out[mode, opt] = folder
+    folder = root / "compiled-adam-2groups"
+    done = mpirun(2, [str(WORKER), str(folder), "compiled", "adam-2groups", str(K)])
+    assert done.returncode == 0, done.stderr
+    out["compiled", "adam-2groups"] = folder
     single = root / "single-sgd"
     done = run([str(WORKER), str(single), "compiled", "sgd", str(K)])
     assert done.returncode == 0, done.stderr
@@ -53,6 +57,8 @@ def test_every_rank_ends_with_identical_weights(runs, mode, opt):
     ra = json.loads((runs[mode, opt] / "records-0.json").read_text())
     rb = json.loads((runs[mode, opt] / "records-1.json").read_text())
     assert ra == rb and [r[3] for r in ra] == [6, 6]
+    # a steady step, allreduces included, allocates at most 64 KiB on the largest rank
+    assert all(0 <= r[4] <= 64 * 1024 for r in ra), ra
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
@@ -60,6 +66,15 @@ def test_compiled_and_eager_agree_under_mpi(runs, opt):
     a, b = _weights(runs["compiled", opt]), _weights(runs["eager", opt])
     for k in a:
         assert np.array_equal(a[k], b[k]), k
+
+
+def test_splitting_the_optimiser_step_across_ranks_changes_no_bit(runs):
+    """Adam with one group runs 1/2 of its step on each rank (sharded.py); with two groups
+    every rank runs all of it. Weights and the gathered optimiser state are identical."""
+    split, whole = _weights(runs["compiled", "adam"]), _weights(runs["compiled", "adam-2groups"])
+    assert split.keys() == whole.keys() and any(k.startswith("opt/") for k in split)
+    for k in split:
+        assert np.array_equal(split[k], whole[k]), k
 
 
 def test_two_ranks_equal_one_process_within_float32_summation_error(runs):

@@ -42,7 +42,12 @@ def main(out: str, mode: str, optimizer: str, steps: int) -> None:
     comm = world()
     # Each rank builds its model from a different seed: the broadcast from rank 0 must fix it.
     net = model(seed=comm.rank)
-    opt = make_optimizer(optimizer, net.parameters(), lr=0.05 if optimizer == "sgd" else 0.01)
+    if optimizer == "adam-2groups":  # two parameter groups: the step is not split across ranks
+        params = list(net.parameters())
+        opt = make_optimizer("adam", [{"params": params[:2]}, {"params": params[2:]}], lr=0.01)
+    else:
+        lr = 0.05 if optimizer == "sgd" else 0.01
+        opt = make_optimizer(optimizer, net.parameters(), lr=lr)
     trainer = Trainer(net, opt, seed=1, progress=False, log=None, mode=mode, distributed=True)
     losses = []
     step = trainer.train_step
@@ -63,9 +68,19 @@ def main(out: str, mode: str, optimizer: str, steps: int) -> None:
         Path(out) / f"rank-{comm.rank}.npz",
         losses=np.array(losses),
         **{f"w/{n}": p.data for n, p in net.named_parameters()},
+        **{
+            f"opt/{k.split('.', 1)[1]}": v
+            for k, v in opt.state_dict().items()
+            if k.startswith("state.") and isinstance(v, np.ndarray)
+        },
     )
     (Path(out) / f"records-{comm.rank}.json").write_text(
-        json.dumps([[r.loss, r.train_accuracy, r.test_accuracy, r.steps] for r in records])
+        json.dumps(
+            [
+                [r.loss, r.train_accuracy, r.test_accuracy, r.steps, r.allocated_per_step]
+                for r in records
+            ]
+        )
     )
 
 

@@ -87,6 +87,9 @@ class SingleWorld:
         """Every rank's ``obj``, in rank order."""
         return [obj]
 
+    def allgather_slices(self, buf: np.ndarray, counts: Sequence[int]) -> None:
+        """In place: rank r's contiguous ``counts[r]`` elements of flat ``buf`` to every rank."""
+
     def barrier(self) -> None:
         """Wait for every rank."""
 
@@ -121,6 +124,7 @@ class MPIWorld(SingleWorld):
         self.size = self.comm.Get_size()
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX}
         self._local: int | None = None
+        self._gather_specs: dict = {}
 
     def allreduce(self, buf: np.ndarray, op: str = "sum") -> np.ndarray:
         self.comm.Allreduce(self._mpi.IN_PLACE, buf, op=self._ops[op])
@@ -134,6 +138,14 @@ class MPIWorld(SingleWorld):
 
     def allgather(self, obj: Any) -> list:
         return self.comm.allgather(obj)
+
+    def allgather_slices(self, buf: np.ndarray, counts: Sequence[int]) -> None:
+        spec = self._gather_specs.get((id(buf), tuple(counts)))
+        if spec is None or spec[0] is not buf:  # built once per buffer: no allocation per step
+            displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist()
+            spec = (buf, [buf, (list(counts), displs), self._mpi._typedict[buf.dtype.char]])
+            self._gather_specs[(id(buf), tuple(counts))] = spec
+        self.comm.Allgatherv(self._mpi.IN_PLACE, spec[1])
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -17,6 +17,7 @@ from .. import distributed as dist
 from ..autodiff import Tensor, compile, no_grad
 from ..autodiff.plan import reduce_gradients
 from ..data import Batches
+from ..distributed.sharded import ShardedStep
 from .checkpoint import load_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
 from .report import EpochRecord, table_footer, table_header, table_row
@@ -46,7 +47,8 @@ class Trainer:
     ``distributed=True`` (or a communicator from :mod:`tapegrad.distributed`) trains data-parallel
     when the process is one of several MPI ranks: rank 0's parameters and optimiser state are
     broadcast at the start, each rank takes its contiguous part of every global batch of
-    ``batch_size`` samples, gradients are averaged with one allreduce per step, and metrics are
+    ``batch_size`` samples, gradients are averaged with one allreduce per step, each rank
+    applies the optimiser to its slice of the weights (``distributed/sharded.py``), and metrics are
     reduced across ranks (time, allocation and peak RSS: the largest rank's). Rank 0 alone
     logs and writes checkpoints. In a single process it changes nothing.
     """
@@ -79,6 +81,7 @@ class Trainer:
             distributed = dist.world()
         self.comm = distributed or dist.SingleWorld()
         self._reducer: dist.GradientAverager | None = None
+        self._sharded = None  # the optimiser step split across ranks, when it can be
         if self.comm.distributed:
             dist.guard(self.comm)
             self._counts = np.zeros(1)
@@ -143,7 +146,10 @@ class Trainer:
             self._counts[0] = correct
             correct = int(self.comm.allreduce(self._counts)[0])
         if math.isfinite(value):
-            self.optimizer.step()
+            if self._sharded is not None:
+                self._sharded.step()
+            else:
+                self.optimizer.step()
         return value, correct
 
     def _float_dtype(self):
@@ -214,6 +220,8 @@ class Trainer:
             self._start_distributed(x, y, xt, yt, facts)
         if resume and checkpoint_dir is not None:
             epoch, start, partial = self._restore(checkpoint_dir)
+            if self._sharded is not None:
+                self._sharded.pull_state()
         self.log(table_header())
         for r in self.records:
             self.log(table_row(r))
@@ -288,6 +296,8 @@ class Trainer:
             if checkpoint_dir is not None:
                 self._save(checkpoint_dir, epoch + 1, 0, None)
             epoch, start, partial = epoch + 1, 0, None
+        if self._sharded is not None:
+            self._sharded.push_state()  # the caller's optimiser holds the whole state again
         self.log(table_footer(self.records))
         return self.records
 
@@ -316,7 +326,12 @@ class Trainer:
         state = comm.bcast(self.optimizer.state_dict())
         if comm.rank != 0:
             self.optimizer.load_state_dict(state)
+        groups = getattr(self.optimizer, "param_groups", [])
+        if len(groups) == 1 and {id(p) for p in groups[0]["params"]} == {id(p) for p in params}:
+            params = list(groups[0]["params"])  # the optimiser's order: its step can be split
         self._reducer = dist.GradientAverager(comm, params)
+        if ShardedStep.supports(comm, self.optimizer, self._reducer):
+            self._sharded = ShardedStep(comm, self.optimizer, self._reducer)
         if self._compiled is not None:
             self._compiled.clear()  # plans traced before the reduction existed lack it
 
@@ -365,6 +380,8 @@ class Trainer:
         )
 
     def _save(self, directory, epoch: int, start: int, partial: dict | None) -> Path | None:
+        if self._sharded is not None:
+            self._sharded.push_state()  # collective: every rank gets here
         if self.comm.rank != 0:
             return None  # rank 0 alone writes; every rank holds the same state
         meta = {
