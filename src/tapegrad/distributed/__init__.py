@@ -12,7 +12,8 @@ Launched under MPI without mpi4py installed, :func:`world` raises :class:`Distri
 with the command that installs it. :func:`guard` makes an exception in one rank print the rank
 and abort every rank; :func:`agree` makes ranks that were started differently (preset, data,
 tapegrad version) refuse to run, in one line. The gradient averaging the trainer uses is
-:class:`GradientAverager`; the launcher behind ``tapegrad train --ranks N`` is in ``launch.py``.
+:class:`GradientAverager`, the optimiser step split across ranks is in ``sharded.py``, and the
+launcher behind ``tapegrad train --ranks N`` is in ``launch.py``.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def guard(comm: SingleWorld) -> None:
     Without it the other ranks would wait forever in their next collective. A no-op for a
     single process.
     """
-    if not comm.distributed:
+    if not comm.distributed or getattr(sys.excepthook, "_tapegrad_guard", False):
         return
     previous = sys.excepthook
 
@@ -223,6 +224,7 @@ def guard(comm: SingleWorld) -> None:
         previous(kind, value, tb)
         fail(comm, f"tapegrad: {kind.__name__}: {value}")
 
+    hook._tapegrad_guard = True  # type: ignore[attr-defined]
     sys.excepthook = hook
 
 
