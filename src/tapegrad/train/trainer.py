@@ -84,7 +84,6 @@ class Trainer:
         self._sharded = None  # the optimiser step split across ranks, when it can be
         if self.comm.distributed:
             dist.guard(self.comm)
-            self._counts = np.zeros(1)
             if self.comm.rank != 0:  # rank 0 alone reports
                 self.progress, self.log = False, lambda s: None
         self._compiled = compile(self._forward_backward) if mode == "compiled" else None
@@ -123,8 +122,9 @@ class Trainer:
 
         When the loss is not finite the update is skipped and the loss returned, so the caller
         can stop with the parameters untouched. Data-parallel, ``(x, y)`` is this rank's part of
-        a global batch of ``global_size`` samples, and the loss and count returned are the
-        global batch's (the same on every rank).
+        a global batch of ``global_size`` samples; the loss returned is the global batch's (the
+        same on every rank), the count this rank's own (:meth:`fit` sums the counts of all
+        ranks once per epoch, sparing every step a second collective).
         """
         reducer = self._reducer
         if reducer is not None:
@@ -142,9 +142,6 @@ class Trainer:
                 loss, logits = self._forward_backward(Tensor(x), yt)
             value = loss.item() if reducer is None else reducer.loss
             correct = self.correct(logits.data, y)
-        if reducer is not None:
-            self._counts[0] = correct
-            correct = int(self.comm.allreduce(self._counts)[0])
         if math.isfinite(value):
             if self._sharded is not None:
                 self._sharded.step()
@@ -220,6 +217,8 @@ class Trainer:
             self._start_distributed(x, y, xt, yt, facts)
         if resume and checkpoint_dir is not None:
             epoch, start, partial = self._restore(checkpoint_dir)
+            if partial is not None and comm.rank != 0:
+                partial = {**partial, "correct": 0}  # the saved count is all ranks': rank 0's
             if self._sharded is not None:
                 self._sharded.pull_state()
         self.log(table_header())
@@ -372,16 +371,24 @@ class Trainer:
             allocated_per_step=per_step,
             peak_rss_bytes=rss,
             loss=sums["loss"] / seen,
-            train_accuracy=sums["correct"] / seen,
+            train_accuracy=self._all_ranks(sums["correct"]) / seen,
             test_loss=test_loss,
             test_accuracy=test_acc,
             eval_seconds=eval_seconds,
             first=first,
         )
 
+    def _all_ranks(self, count: int) -> int:
+        """The sum of every rank's ``count`` (collective when distributed)."""
+        if not self.comm.distributed:
+            return count
+        return int(self.comm.allreduce(np.array([count], dtype=np.float64))[0])
+
     def _save(self, directory, epoch: int, start: int, partial: dict | None) -> Path | None:
         if self._sharded is not None:
             self._sharded.push_state()  # collective: every rank gets here
+        if partial is not None and self.comm.distributed:
+            partial = {**partial, "correct": self._all_ranks(partial["correct"])}
         if self.comm.rank != 0:
             return None  # rank 0 alone writes; every rank holds the same state
         meta = {
