@@ -58,8 +58,11 @@ def record_pid(rank: int) -> None:
     """Under the launcher, note this rank's process id where the launcher looks for it."""
     folder = os.environ.get(PID_DIR_VARIABLE)
     if folder:
+        from ..serialization import atomic_file
+
         try:
-            Path(folder, f"rank-{rank}.pid").write_text(str(os.getpid()))
+            with atomic_file(Path(folder, f"rank-{rank}.pid")) as f:  # never half a number
+                f.write(str(os.getpid()).encode())
         except OSError:  # the launcher's folder is gone: nothing to report to
             pass
 

@@ -241,13 +241,13 @@ class Trainer:
             t0 = time.perf_counter()
             for step_index, (xb, yb) in enumerate(batches.epoch(epoch, start=start), start):
                 global_size = batches.global_size(step_index)
+                # one rank's part of the global batch; a single process keeps the plain call
+                args = (xb, yb) if shard is None else (xb, yb, global_size)
                 if self.sampler.wants(step_index):
-                    (value, correct), nbytes = traced_step(
-                        lambda xb=xb, yb=yb, n=global_size: self.train_step(xb, yb, n)
-                    )
+                    (value, correct), nbytes = traced_step(lambda a=args: self.train_step(*a))
                     sums["alloc"].append(nbytes)
                 else:
-                    value, correct = self.train_step(xb, yb, global_size)
+                    value, correct = self.train_step(*args)
                 if not math.isfinite(value):
                     bar.close()
                     where = (
