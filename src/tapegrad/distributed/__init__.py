@@ -276,11 +276,13 @@ class GradientAverager:
     It owns one flat, preallocated buffer: every parameter's gradient is a view of it, plus one
     last slot for the step's loss. A compiled plan that finds it (see
     ``tapegrad.autodiff.plan.reduce_gradients``) accumulates gradients straight into those
-    views, so a step copies nothing; in eager mode gradients are copied in first. Before the
-    reduction every slot is scaled by :attr:`weight`, this rank's share of the global batch
-    (``n_local / n_global``), so the sum over ranks is the gradient of the mean loss over the
-    whole global batch, and the loss slot becomes that mean loss (:attr:`loss`), the same on
-    every rank: a non-finite loss on any rank is seen by all.
+    views, so a step copies nothing; in eager mode gradients are copied in first. Every slot
+    is scaled by :attr:`weight`, this rank's share of the global batch (``n_local /
+    n_global``), so the sum over ranks is the gradient of the mean loss over the whole global
+    batch, and the loss slot becomes that mean loss (:attr:`loss`), the same on every rank: a
+    non-finite loss on any rank is seen by all. A caller that seeds the backward pass with
+    :attr:`seed` (``loss.backward(averager.seed)``, a 0-d array holding the weight) gets the
+    gradients scaled for free and sets :attr:`seeded` so they are not scaled twice.
     """
 
     def __init__(self, comm: SingleWorld, params: Sequence):
@@ -299,8 +301,20 @@ class GradientAverager:
         for p in self.params:
             self.views.append(self.flat[offset : offset + p.data.size].reshape(p.data.shape))
             offset += p.data.size
+        self.seed = np.ones((), dtype=dtype)
+        self.seeded = False
         self.weight = 1.0 / comm.size
         self.loss = float("nan")
+
+    @property
+    def weight(self) -> float:
+        """This rank's share of the global batch (the seed of a seeded backward pass)."""
+        return self._weight
+
+    @weight.setter
+    def weight(self, value: float) -> None:
+        self._weight = float(value)
+        self.seed[()] = value
 
     def buffers(self, tensors: Iterable) -> dict[int, np.ndarray]:
         """``id(tensor) -> view`` for those of ``tensors`` that are our parameters: where a
@@ -320,8 +334,11 @@ class GradientAverager:
                 np.copyto(view, g)
             p._grad = view
         flat = self.flat
-        flat[-1] = loss
-        if self.weight != 1.0:
-            np.multiply(flat, self.weight, out=flat)
+        if self.seeded:
+            flat[-1] = loss * self._weight  # the gradients came scaled from the backward pass
+        else:
+            flat[-1] = loss
+            if self._weight != 1.0:
+                np.multiply(flat, self._weight, out=flat)
         self.comm.allreduce(flat)
         self.loss = float(flat[-1])

@@ -110,8 +110,10 @@ class Trainer:
         logits = self.model(x)
         loss = self.loss(logits, y)
         self.optimizer.zero_grad()
-        loss.backward()
-        if self._reducer is not None:
+        if self._reducer is None:
+            loss.backward()
+        else:  # seeded with this rank's share of the global batch: gradients arrive scaled
+            loss.backward(self._reducer.seed)
             reduce_gradients(self._reducer, loss)  # the allreduce, before the optimiser step
         return loss, logits
 
@@ -329,6 +331,7 @@ class Trainer:
         if len(groups) == 1 and {id(p) for p in groups[0]["params"]} == {id(p) for p in params}:
             params = list(groups[0]["params"])  # the optimiser's order: its step can be split
         self._reducer = dist.GradientAverager(comm, params)
+        self._reducer.seeded = True  # _forward_backward seeds backward() with its weight
         if ShardedStep.supports(comm, self.optimizer, self._reducer):
             self._sharded = ShardedStep(comm, self.optimizer, self._reducer)
         if self._compiled is not None:
