@@ -184,13 +184,11 @@ def section(result: dict, command: str) -> str:
         "",
         scaling.markdown(result),
         "",
-        "Reading it: the ranks meet at every step (the allreduce and the allgather of the split "
-        "optimiser step), so a rank that the kernel deschedules for a time slice stalls the "
-        "other; one process with one thread never waits for anyone. On this shared 2-core "
-        "machine, where other jobs hold one to three cores' worth of work (the load averages "
-        "above), that costs the ranks more than it costs one process, and the 2-thread "
-        "process suffers the same way (its OpenMP/numba threads meet in barriers). "
-        + _targets(rows, cfg),
+        "Reading it: the ranks meet twice per step (the allreduce, and the allgather of the "
+        "split optimiser step), so the slower rank sets the pace and a rank the kernel "
+        "deschedules stalls the other; one process with one thread waits for no one. The load "
+        "averages above and the *two processes at once* column below say how much of two cores "
+        "this shared machine gave the run. " + _targets(rows, cfg),
         "",
     ]
     lines += [
