@@ -2,8 +2,9 @@
 
 Data-parallel ranks all hold the averaged gradient, so all of them could apply the same
 optimiser step to all the weights; but that step does not shrink with the ranks while the rest
-of a step does (Adam over the MLP preset's 102k weights is about 0.12 ms, a fifth of a
-one-thread step; over text-cnn's 251k weights more than the whole per-rank compute of 8 ranks).
+of a step does (on one quiet thread, Adam over the MLP preset's 102k weights takes 0.09 ms of
+a 0.70 ms step; over text-cnn's 251k weights 0.25 ms, more than a rank's share of a 1.74 ms
+step among 8 ranks).
 Measured with 2 ranks here the split gains 1-2% (mlp, text-cnn; nothing for seed-rnn's SGD):
 the saved half of the optimiser step minus one allgather; it grows with the ranks.
 tapegrad's optimisers (SGD, Adam, AdamW, RMSprop) update every
