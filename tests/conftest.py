@@ -2,10 +2,19 @@
 
 import os
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The tests exercise this checkout's own source, whichever tapegrad is installed (an editable
+# install of another checkout, a wheel); subprocesses (the CLI tests, MPI ranks) inherit the path.
+_SRC = str(ROOT / "src")
+sys.path.insert(0, _SRC)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_SRC, os.environ.get("PYTHONPATH", "")) if p
+)
 
 # Nothing may download during tests, whatever the machine can reach.
 os.environ["TAPEGRAD_OFFLINE"] = "1"
@@ -23,3 +32,4 @@ def real_data() -> pathlib.Path:
         f"the real datasets are not at {root}; set TAPEGRAD_DATA to the shared data folder"
     )
     return root
+

@@ -74,11 +74,11 @@ def _seed_cnn(rng, classes: int = 10, **_):
     )
 
 
-def _seed_rnn(rng, **_):
-    return SeedRNN(rng=rng)
+def _seed_rnn(rng, classes: int = 10, **_):
+    return SeedRNN(classes=classes, rng=rng)
 
 
-def _text_cnn(rng, vocab_size: int, embedding=None, maxlen: int = 130, **_):
+def _text_cnn(rng, vocab_size: int, embedding=None, maxlen: int = 130, outputs: int = 1, **_):
     if embedding is not None:
         embed = nn.Embedding.from_pretrained(embedding, freeze=False)
     else:
@@ -91,16 +91,16 @@ def _text_cnn(rng, vocab_size: int, embedding=None, maxlen: int = 130, **_):
         nn.ReLU(),
         nn.MaxPool1d(8),
         nn.Flatten(),
-        nn.Linear(8 * pooled, 1, rng=rng),
+        nn.Linear(8 * pooled, outputs, rng=rng),
     )
 
 
-def _mlp(rng, hidden: int = 128, **_):
+def _mlp(rng, hidden: int = 128, inputs: int = 784, classes: int = 10, **_):
     return nn.Sequential(
         nn.Flatten(),
-        nn.Linear(784, hidden, rng=rng),
+        nn.Linear(inputs, hidden, rng=rng),
         nn.ReLU(),
-        nn.Linear(hidden, 10, rng=rng),
+        nn.Linear(hidden, classes, rng=rng),
     )
 
 

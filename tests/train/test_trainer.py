@@ -151,4 +151,4 @@ def test_plot_writes_png(tmp_path):
 def test_bad_task():
     model, opt = make()
     with pytest.raises(ValueError, match="task"):
-        Trainer(model, opt, task="regression")
+        Trainer(model, opt, task="ranking")

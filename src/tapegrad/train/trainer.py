@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -15,13 +17,57 @@ import numpy as np
 from .. import nn
 from ..autodiff import Tensor, compile, no_grad
 from ..data import Batches
-from .checkpoint import load_latest, save_checkpoint
+from .checkpoint import CheckpointError, config_differences, find_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
 from .report import EpochRecord, table_footer, table_header, table_row
+
+TASKS = ("multiclass", "binary", "regression")
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; training stopped before updating with it."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped between two steps at a signal's request (see :func:`stop_on_signals`).
+
+    ``checkpoint`` is the mid-epoch checkpoint written at the stop (None without a
+    checkpoint folder); ``epoch`` and ``batch`` say where the run stood; ``signum`` which
+    signal asked.
+    """
+
+    def __init__(self, signum: int, epoch: int, batch: int, checkpoint: Path | None):
+        self.signum, self.epoch, self.batch, self.checkpoint = signum, epoch, batch, checkpoint
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        where = f"saved {checkpoint}" if checkpoint else "no checkpoint folder, nothing saved"
+        super().__init__(f"{name} at epoch {epoch}, batch {batch}: {where}")
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer: Trainer, signums=(signal.SIGINT, signal.SIGTERM)):
+    """While the block runs, SIGINT and SIGTERM ask ``trainer`` to stop after its current
+    step (writing a mid-epoch checkpoint); a second signal stops at once (KeyboardInterrupt).
+    Only in the main thread; elsewhere the block runs with the handlers as they were."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if trainer.stop_requested is not None:
+            raise KeyboardInterrupt
+        trainer.request_stop(signum)
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def _xy(split):
@@ -36,10 +82,14 @@ def _progress_disabled() -> bool | None:
 
 
 class Trainer:
-    """Trains ``model`` with ``optimizer`` on a classification task.
+    """Trains ``model`` with ``optimizer`` on a classification or regression task.
 
-    ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores) or
-    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample).
+    ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores),
+    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample) or
+    ``"regression"`` (float targets, mean squared error; no accuracy). ``scheduler`` (an
+    ``optim.lr_scheduler`` object, optional) is stepped after every optimiser step.
+    ``config`` (a JSON-ready dict, optional) describes the run; checkpoints carry it, and a
+    resume from a checkpoint whose configuration differs is refused naming each difference.
     """
 
     def __init__(
@@ -53,15 +103,21 @@ class Trainer:
         log: Callable[[str], None] | None = print,
         alloc_samples: int = 4,
         mode: str = "compiled",
+        scheduler=None,
+        config: dict | None = None,
+        warn: Callable[[str], None] | None = None,
     ):
-        if task not in ("multiclass", "binary"):
-            raise ValueError(f"task must be 'multiclass' or 'binary', got {task!r}")
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         if mode not in ("compiled", "eager"):
             raise ValueError(f"mode must be 'compiled' or 'eager', got {mode!r}")
         self.model, self.optimizer, self.task, self.seed = model, optimizer, task, seed
         self.mode = mode
+        self.scheduler, self.config = scheduler, config
         self.progress = progress
         self.log = log or (lambda s: None)
+        self.warn = warn or (lambda s: print(f"warning: {s}", file=sys.stderr))
+        self.stop_requested: int | None = None
         self.sampler = AllocationSampler(alloc_samples)
         self.records: list[EpochRecord] = []
         self.global_step = 0
@@ -72,16 +128,25 @@ class Trainer:
         """The task's mean loss; ``y`` as :meth:`targets` prepares it."""
         if self.task == "multiclass":
             return nn.functional.cross_entropy(logits, y)
+        if self.task == "regression":
+            return nn.functional.mse_loss(logits.reshape(y.shape), y)
         return nn.functional.binary_cross_entropy_with_logits(logits.reshape((-1,)), y)
 
     def targets(self, y: np.ndarray, dtype) -> np.ndarray:
-        """Labels as the loss takes them: class ids, or 0/1 floats of the logits' dtype."""
+        """Labels as the loss takes them: class ids, or floats of the outputs' dtype."""
         return y if self.task == "multiclass" else y.astype(dtype, copy=False)
 
     def correct(self, logits: np.ndarray, y: np.ndarray) -> int:
+        """Correctly classified samples (0 for regression, which has no accuracy)."""
         if self.task == "multiclass":
             return int(np.sum(np.argmax(logits, axis=1) == y))
+        if self.task == "regression":
+            return 0
         return int(np.sum((logits.reshape(-1) > 0) == (y > 0)))
+
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
+        """Ask :meth:`fit` to stop after the step in progress (what a signal handler calls)."""
+        self.stop_requested = signum
 
     def _forward_backward(self, x, y, training: bool = True):
         # Traced once per input signature in compiled mode; ``training`` keys each plan to the
@@ -107,6 +172,8 @@ class Trainer:
         correct = self.correct(logits.data, y)
         if math.isfinite(value):
             self.optimizer.step()
+            if self.scheduler is not None:
+                self.scheduler.step()
         return value, correct
 
     def _float_dtype(self):
@@ -116,8 +183,11 @@ class Trainer:
             self._dtype = dtype
         return dtype
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
-        """Mean loss and accuracy over (x, y), in eval mode without recording a graph."""
+    def evaluate(
+        self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000
+    ) -> tuple[float, float | None]:
+        """Mean loss and accuracy (None for regression) over (x, y), in eval mode without
+        recording a graph."""
         was_training = self.model.training
         self.model.eval()
         total_loss, total_correct = 0.0, 0
@@ -132,7 +202,7 @@ class Trainer:
         finally:
             self.model.train(was_training)
         n = max(len(x), 1)
-        return total_loss / n, total_correct / n
+        return total_loss / n, (None if self.task == "regression" else total_correct / n)
 
     # -- the loop ------------------------------------------------------------------------------
     def fit(
@@ -150,21 +220,25 @@ class Trainer:
         """Train for ``epochs`` epochs (or until ``max_steps`` optimiser steps in total).
 
         After each epoch: evaluate on ``test``, print a table row, save a checkpoint if
-        ``checkpoint_dir`` is set. With ``resume``, continue from the newest checkpoint there
-        (or start fresh if there is none), ending with exactly the weights of an uninterrupted
+        ``checkpoint_dir`` is set. With ``resume``, continue from the newest valid checkpoint
+        there (fresh if there is none; :class:`CheckpointError` if there are only damaged ones
+        or it belongs to another run), ending with exactly the weights of an uninterrupted
         run. A NaN or infinite loss raises :class:`TrainingDiverged` before any update with it;
-        the last checkpoint is left as it was.
+        the last checkpoint is left as it was. After :meth:`request_stop` the loop stops after
+        the step in progress, writes a mid-epoch checkpoint (with ``checkpoint_dir``) and
+        raises :class:`TrainingInterrupted`.
         """
         x, y = _xy(train)
         xt, yt = _xy(test) if test is not None else (None, None)
         batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed)
         epoch, start, partial = 1, 0, None
         self.records = []
+        self._batch_size = batch_size
         if resume and checkpoint_dir is not None:
             epoch, start, partial = self._restore(checkpoint_dir)
-        self.log(table_header())
+        self.log(table_header(self.task))
         for r in self.records:
-            self.log(table_row(r))
+            self.log(table_row(r, self.task))
         first_in_process = True
         self.model.train()
         while epoch <= epochs:
@@ -204,7 +278,10 @@ class Trainer:
                 sums["seen"] += len(xb)
                 self.global_step += 1
                 bar.update(1)
-                if bar.disable is False and step_index % 10 == 0:
+                if self.stop_requested is not None and step_index + 1 < n:
+                    bar.close()
+                    self._interrupted(checkpoint_dir, epoch, step_index + 1, sums, t0)
+                if not bar.disable and step_index % 10 == 0:
                     elapsed = sums["seconds"] + time.perf_counter() - t0
                     bar.set_postfix(
                         loss=f"{sums['loss'] / sums['seen']:.4f}",
@@ -227,7 +304,7 @@ class Trainer:
                 eval_batch_size,
             )
             first_in_process = False
-            self.log(table_row(record))
+            self.log(table_row(record, self.task))
             if stopped:
                 self.records.append(record)
                 break
@@ -235,8 +312,22 @@ class Trainer:
             if checkpoint_dir is not None:
                 self._save(checkpoint_dir, epoch + 1, 0, None)
             epoch, start, partial = epoch + 1, 0, None
+            if self.stop_requested is not None and epoch <= epochs:
+                raise TrainingInterrupted(
+                    self.stop_requested,
+                    epoch,
+                    0,
+                    self._last_checkpoint if checkpoint_dir is not None else None,
+                )
         self.log(table_footer(self.records))
         return self.records
+
+    def _interrupted(self, checkpoint_dir, epoch: int, batch: int, sums: dict, t0: float):
+        sums["seconds"] += time.perf_counter() - t0
+        path = None
+        if checkpoint_dir is not None:
+            path = self._save(checkpoint_dir, epoch, batch, sums)
+        raise TrainingInterrupted(self.stop_requested, epoch, batch, path)
 
     # -- helpers -------------------------------------------------------------------------------
     def _bar(self, total: int, initial: int, epoch: int):
@@ -271,7 +362,7 @@ class Trainer:
             allocated_per_step=per_step,
             peak_rss_bytes=peak_rss_bytes(),
             loss=sums["loss"] / seen,
-            train_accuracy=sums["correct"] / seen,
+            train_accuracy=None if self.task == "regression" else sums["correct"] / seen,
             test_loss=test_loss,
             test_accuracy=test_acc,
             eval_seconds=eval_seconds,
@@ -284,25 +375,56 @@ class Trainer:
             "start": start,
             "partial": partial,
             "seed": self.seed,
+            "batch_size": self._batch_size,
+            "task": self.task,
             "records": [asdict(r) for r in self.records],
+            "config": self.config,
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
         }
-        return save_checkpoint(
+        self._last_checkpoint = save_checkpoint(
             directory, self.global_step, self.model.state_dict(), self.optimizer.state_dict(), meta
         )
+        return self._last_checkpoint
 
     def _restore(self, directory) -> tuple[int, int, dict | None]:
-        found = load_latest(directory)
+        found = find_latest(directory, warn=self.warn)
         if found is None:
             self.log(f"no checkpoint in {directory} yet: starting fresh")
             return 1, 0, None
         model_state, optim_state, meta = found
-        if meta.get("seed") != self.seed:
-            raise ValueError(
-                f"checkpoint {meta['path']} was made with seed {meta.get('seed')}, "
-                f"this run uses seed {self.seed}; resume with the same seed"
+        path = meta["path"]
+        mine = {"seed": self.seed, "batch_size": self._batch_size, "task": self.task}
+        theirs = {k: meta.get(k, mine[k]) for k in mine}
+        diffs = config_differences(theirs, mine)
+        if isinstance(meta.get("config"), dict) and self.config is not None:
+            diffs += config_differences(meta["config"], self.config, skip=tuple(mine))
+        if diffs:
+            raise CheckpointError(
+                f"checkpoint {path} is from another run configuration: {'; '.join(diffs)}. "
+                f"Resume with its settings, or use another --checkpoint-dir"
             )
+        problems = _state_problems(self.model.state_dict(), model_state)
+        if problems:
+            raise CheckpointError(f"checkpoint {path} holds another model: {problems}")
+        kind = optim_state.get("type")
+        if kind != type(self.optimizer).__name__:
+            raise CheckpointError(
+                f"checkpoint {path} holds {kind} optimiser state; this run uses "
+                f"{type(self.optimizer).__name__}"
+            )
+        try:
+            self.optimizer.load_state_dict(optim_state)
+            sched = meta.get("scheduler")
+            if (sched is None) != (self.scheduler is None):
+                raise ValueError(
+                    f"the checkpoint has {'no' if sched is None else 'a'} learning-rate "
+                    f"schedule, this run {'has one' if sched is None else 'none'}"
+                )
+            if sched is not None:
+                self.scheduler.load_state_dict(sched)
+        except (ValueError, TypeError, KeyError) as e:
+            raise CheckpointError(f"checkpoint {path}: {str(e).splitlines()[0]}") from None
         self.model.load_state_dict(model_state)
-        self.optimizer.load_state_dict(optim_state)
         self.global_step = int(meta["global_step"])
         self.records = [EpochRecord(**r) for r in meta.get("records", [])]
         self.log(
@@ -310,3 +432,16 @@ class Trainer:
             f"global step {self.global_step})"
         )
         return int(meta["epoch"]), int(meta["start"]), meta.get("partial")
+
+
+def _state_problems(own: dict, saved: dict) -> str:
+    """'' when ``saved`` fits ``own`` (names, shapes, dtypes), else the first problems."""
+    out = [f"no {k}" for k in own if k not in saved]
+    out += [f"unexpected {k}" for k in saved if k not in own]
+    for k, v in own.items():
+        if k in saved and (saved[k].shape != v.shape or saved[k].dtype != v.dtype):
+            got, want = f"{saved[k].dtype}{list(saved[k].shape)}", f"{v.dtype}{list(v.shape)}"
+            out.append(f"{k} is {got}, not {want}")
+    if len(out) > 3:
+        out = out[:3] + [f"{len(out) - 3} more"]
+    return ", ".join(out)
