@@ -415,19 +415,19 @@ def cmd_evaluate(args) -> int:
             f"{path} holds a {preset.name} model, which takes "
             f"{' or '.join(preset.datasets)}, not {dataset!r}"
         )
-    else:
-        ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
     try:
-        model = build_model(preset, seed=0, **config)
+        model = build_model(preset, seed=0, **{**preset.extra, **config})
     except TypeError as e:
         raise UserError(
             f"{path}: its model settings do not fit preset {preset.name} ({e})"
         ) from None
     problems = _state_problems(model.state_dict(), weights)
-    if problems:
+    if problems:  # checked before any data loads
         fits = [f for f in _fitting_presets(weights, desc["config"]) if f != preset.name]
         owner = f"they are weights of preset {' or '.join(fits)}" if fits else "they fit no preset"
         raise UserError(f"{path}: not {preset.name} weights ({problems}); {owner}")
+    if not is_npz(dataset):
+        ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
     model.load_state_dict(weights)
     trainer = Trainer(model, optimizer=None, task=task, log=None)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
