@@ -616,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_presets_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    t.add_argument("preset", help=f"one of: {', '.join([*PRESETS, *GENERIC])}")
+    t.add_argument(
+        "preset", help=f"one of: {', '.join([*PRESETS, *GENERIC])} (defaults listed below)"
+    )
     t.add_argument(
         "--dataset",
         metavar="{mnist,fashion-mnist,imdb,PATH.npz}",
@@ -659,25 +661,37 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--max-steps", type=_POS_INT, help="stop after this many optimiser steps (default: none)"
     )
-    t.add_argument("--json", metavar="PATH", help="write settings and per-epoch results as JSON")
-    t.add_argument("--csv", metavar="PATH", help="write the per-epoch records as CSV")
-    t.add_argument("--plot", metavar="PATH", help="plot loss, accuracy, time, memory to a PNG")
-    t.add_argument("--save", metavar="PATH", help="write the final weights (safetensors)")
+    t.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write settings and per-epoch results as JSON (default: none)",
+    )
+    t.add_argument(
+        "--csv", metavar="PATH", help="write the per-epoch records as CSV (default: none)"
+    )
+    t.add_argument(
+        "--plot", metavar="PATH", help="plot loss, accuracy, time, memory to a PNG (default: none)"
+    )
+    t.add_argument(
+        "--save", metavar="PATH", help="write the final weights, safetensors (default: none)"
+    )
     t.add_argument(
         "--checkpoint-dir",
         metavar="DIR",
-        help="save a checkpoint here after each epoch and when stopped by Ctrl-C/SIGTERM",
+        help="save a checkpoint here after each epoch and when stopped by Ctrl-C/SIGTERM "
+        "(default: none)",
     )
     t.add_argument(
         "--resume",
         action="store_true",
         help="continue from the newest valid checkpoint in --checkpoint-dir (fresh if none); "
-        "refused if its settings differ",
+        "refused if its settings differ (default: off)",
     )
     t.add_argument(
         "--eager",
         action="store_true",
-        help="run every step eagerly instead of replaying a compiled plan (same results)",
+        help="run every step eagerly instead of replaying a compiled plan, with the same "
+        "results (default: off, compiled)",
     )
     t.set_defaults(func=cmd_train)
 
