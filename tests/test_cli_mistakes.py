@@ -189,3 +189,61 @@ def test_every_mistake_is_one_line_and_status_2(made, tmp_path):
     assert not failures, "\n".join(failures)
     assert _snapshot(root) == before, "a mistake changed the fixture files"
     assert len(CASES) >= 40
+
+
+# The items of issue 12 that are not mistakes but edges of a run that works: each as a real
+# process (exit status, the line that must be printed, the files that must exist afterwards).
+EDGES = [
+    # 1. one rule for missing folders: every output creates them, and says where it went
+    ("outputs into new folders",
+     "train linear --dataset {npz} --epochs 1 --save new/a/m.safetensors --csv new/b/r.csv "
+     "--json new/c/r.json --plot new/d/r.png",
+     0, "save: wrote new/a/m.safetensors", ["new/a/m.safetensors", "new/b/r.csv", "new/d/r.png"]),
+    # 3. a damaged newest checkpoint is named and skipped; the older valid one is used
+    ("damaged newest checkpoint", "train linear --dataset {npz} --epochs 2 --checkpoint-dir ck "
+     "--resume", 0, "is corrupt (checksum mismatch", ["ck"]),
+    # 7. what runs is what is reported
+    ("batch beyond the data", "train linear --dataset {npz} --epochs 1 --batch-size 1000000",
+     0, "batch 400 (the whole training set; 1000000 asked)", []),
+    # 7. a huge lr: the run diverges in one line, or its table stays aligned
+    ("adam at lr 1e9", "train linear --dataset {npz} --epochs 2 --lr 1e9", None, "", []),
+]  # fmt: skip
+
+
+def _damaged_checkpoints(folder: Path, npz: Path) -> None:
+    """An older valid checkpoint and a newer one with a flipped bit, from a real run."""
+    argv = ["train", "linear", "--dataset", str(npz), "--epochs", "2", "--checkpoint-dir", "ck"]
+    code, _, err, _ = _run([*argv, "--max-steps", "20"], folder)
+    assert code == 0, err
+    newest = list_checkpoints(folder / "ck")[-1]
+    newest.write_bytes(_flip(newest.read_bytes()))
+
+
+def test_edges_of_a_working_run(tmp_path):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 500)
+    x = (rng.normal(scale=2.0, size=(3, 5))[y] + rng.normal(size=(500, 5))).astype(np.float32)
+    npz = tmp_path / "blobs.npz"
+    np.savez(npz, x_train=x[:400], y_train=y[:400], x_test=x[400:], y_test=y[400:])
+    work = {name: tmp_path / name.replace(" ", "-") for name, *_ in EDGES}
+    for folder in work.values():
+        folder.mkdir()
+    _damaged_checkpoints(work["damaged newest checkpoint"], npz)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [
+            (edge, pool.submit(_run, edge[1].format(npz=npz).split(), work[edge[0]]))
+            for edge in EDGES
+        ]
+    failures = []
+    for (name, _, want, words, files), job in jobs:
+        code, out, err, _ = job.result()
+        ok = code == want and words in out + err and "Traceback" not in err
+        ok = ok and all((work[name] / f).exists() for f in files)
+        if want is None:  # diverged in one line (exit 3), or trained with an aligned table
+            rows = [r for r in out.splitlines() if r.startswith(("epoch", "   1", "   2"))]
+            ok = (code == 3 and err.count("\n") == 1 and "diverged" in err) or (
+                code == 0 and len({len(r) for r in rows}) == 1
+            )
+        if not ok:
+            failures.append(f"{name}: exit {code}, stdout {out!r}, stderr {err!r}")
+    assert not failures, "\n".join(failures)
