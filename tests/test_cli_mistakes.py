@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import data_root
 
 import tapegrad as tg
 from tapegrad.serialization import read_metadata
@@ -25,14 +24,18 @@ from tapegrad.train.checkpoint import list_checkpoints
 OUTPUT_SECONDS = 2.0  # CPU time: an output error comes before any data loads (~0.4 s here)
 
 
+DATA: list[str] = []  # the real datasets' folder, set by the fixture below
+
+
 def _env() -> dict[str, str]:
-    return {**os.environ, "CI": "true", "TAPEGRAD_DATA": str(data_root())}
+    return {**os.environ, "CI": "true", "TAPEGRAD_DATA": DATA[0] if DATA else ""}
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory, real_data) -> dict[str, Path]:
     """A real run's checkpoint folder and weights, and damaged or foreign variants of both."""
     root = tmp_path_factory.mktemp("made")
+    DATA[:] = [str(real_data)]
     run = subprocess.run(
         [sys.executable, "-m", "tapegrad", "train", "mlp", "--max-steps", "3",
          "--checkpoint-dir", str(root / "ck"), "--save", str(root / "mlp.safetensors")],

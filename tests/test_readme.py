@@ -32,9 +32,12 @@ def test_readme_python_blocks_run():
 
 def _run(command: str) -> str:
     root = README.parent
-    from conftest import data_root
-
-    env = {**os.environ, "CI": "true", "TAPEGRAD_DATA": str(data_root())}
+    shared = root.parent / "shared" / "data"  # where tests/conftest.py looks too
+    env = {
+        **os.environ,
+        "CI": "true",
+        "TAPEGRAD_DATA": os.environ.get("TAPEGRAD_DATA", str(shared)),
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), env.get("PYTHONPATH")]))
     argv = command.split()
     assert argv[0] == "tapegrad"

@@ -173,3 +173,13 @@ def test_stop_mid_epoch_then_resume_is_bit_identical(tmp_path, scheduler):
     resumed = run(checkpoint_dir=tmp_path, resume=True)
     assert resumed.global_step == 18
     assert_same(weights(resumed), expected)
+
+
+def test_another_version_is_resumed_with_a_warning(tmp_path):
+    x, y = blobs()
+    trainer, _ = make(config={"preset": "p", "tapegrad": "0.0.1"})
+    trainer.fit((x, y), None, epochs=2, batch_size=40, max_steps=3, checkpoint_dir=tmp_path)
+    trainer, warnings = make(config={"preset": "p", "tapegrad": "0.1.0"})
+    trainer.fit((x, y), None, epochs=2, batch_size=40, checkpoint_dir=tmp_path, resume=True)
+    assert trainer.global_step == 12
+    assert len(warnings) == 1 and "written by tapegrad 0.0.1, this is 0.1.0" in warnings[0]

@@ -398,6 +398,12 @@ class Trainer:
         diffs = config_differences(theirs, mine)
         if isinstance(meta.get("config"), dict) and self.config is not None:
             diffs += config_differences(meta["config"], self.config, skip=tuple(mine))
+            then, now = meta["config"].get("tapegrad"), self.config.get("tapegrad")
+            if then != now:
+                self.warn(
+                    f"checkpoint {path} was written by tapegrad {then}, this is {now}: the "
+                    f"resumed run may not be bit-identical to an uninterrupted one"
+                )
         if diffs:
             raise CheckpointError(
                 f"checkpoint {path} is from another run configuration: {'; '.join(diffs)}. "
