@@ -234,6 +234,7 @@ class Trainer:
         epoch, start, partial = 1, 0, None
         self.records = []
         self._batch_size = batch_size
+        self.stop_requested = None  # a stop asked of an earlier fit does not carry over
         if resume and checkpoint_dir is not None:
             epoch, start, partial = self._restore(checkpoint_dir)
         self.log(table_header(self.task))
