@@ -83,6 +83,7 @@ CASES = [
     ("checkpoint-dir is a file", "train mlp --checkpoint-dir {root}/a-file", "is a file", True),
     ("checkpoint-dir unwritable", "train mlp --checkpoint-dir /proc/ck", "cannot create", True),
     ("two outputs one path", "train mlp --json {root}/r.out --csv {root}/r.out", "both", True),
+    ("empty output path", ["train", "mlp", "--json", ""], "--json was given an empty path", True),
     ("earlier run's checkpoints", "train mlp --checkpoint-dir {root}/ck", "--resume", True),
     # 2. a resume with other settings names each difference
     ("resume other lr", "train mlp --lr 0.1 --checkpoint-dir {root}/ck --resume", "lr 0.001", 0),
@@ -169,7 +170,11 @@ def test_every_mistake_is_one_line_and_status_2(made, tmp_path):
     jobs = []
     with ThreadPoolExecutor(max_workers=4) as pool:
         for name, command, words, output in CASES:
-            argv = command.format(root=root, ckpt=made["ckpt"].name).split()
+            argv = (
+                command
+                if isinstance(command, list)
+                else command.format(root=root, ckpt=made["ckpt"].name).split()
+            )
             jobs.append((name, words, output, pool.submit(_run, argv, work[name])))
     failures = []
     for name, words, output, job in jobs:

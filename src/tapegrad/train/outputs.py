@@ -66,6 +66,9 @@ def check_outputs(files: dict[str, str | None], checkpoint_dir: str | None = Non
     """Check every output target (``files``: flag -> path or None) and the checkpoint folder;
     raise :class:`OutputError` for the first that cannot be written."""
     seen: dict[str, str] = {}
+    for flag, path in [*files.items(), ("--checkpoint-dir", checkpoint_dir)]:
+        if path is not None and not str(path).strip():
+            raise OutputError(f"{flag} was given an empty path")
     targets = [(f, p, False) for f, p in files.items() if p]
     if checkpoint_dir:
         targets.append(("--checkpoint-dir", checkpoint_dir, True))
