@@ -7,5 +7,5 @@ from .functional import grad, value_and_grad, vjp  # noqa: F401
 from .gradcheck import GradcheckError, GradcheckReport, gradcheck  # noqa: F401
 from .graph import enable_grad, is_grad_enabled, no_grad  # noqa: F401
 from .ops import *  # noqa: F401,F403
-from .plan import CompiledFunction, TraceError, compile  # noqa: F401
+from .plan import CompiledFunction, TraceError, compile, effect  # noqa: F401
 from .tensor import Tensor  # noqa: F401

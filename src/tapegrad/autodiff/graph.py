@@ -262,6 +262,8 @@ def backward(root: Tensor, gradient=None, retain_graph: bool = False) -> None:
                 grads[k] = gp if prev is None else prev + gp
         if not retain_graph:
             node.release()
+    if _TRACING.active is not None:
+        _TRACING.active.resnapshot()  # the leaves' new gradients are what replays produce
 
 
 registry._engine_apply = apply

@@ -23,6 +23,7 @@ from .primitives.elementwise import (  # noqa: F401
     neg,
     not_equal,
     power,
+    random_draw,
     relu,
     sigmoid,
     sin,

@@ -132,7 +132,10 @@ class Tensor:
                     "assigning an array to .grad inside a compiled function cannot "
                     "be replayed; clear gradients with zero_grad() or .grad = None"
                 )
-            trace.record_call(lambda: setattr(self, "_grad", None))
+            from .plan import effect
+
+            effect(lambda: setattr(self, "_grad", None), ".grad = None")
+            return
         self._grad = value
 
     def zero_grad(self) -> None:

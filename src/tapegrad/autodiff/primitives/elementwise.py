@@ -280,11 +280,38 @@ def astype(x, dtype):
 
 # -- random masks: drawn inside the engine, so compiled plans draw fresh ones on every replay ------
 class _PatternRandom:
-    """A stand-in generator with a fixed, reproducible ``random`` (for the registry samples)."""
+    """A stand-in generator with fixed, reproducible draws (for the registry samples)."""
 
     def random(self, shape, dtype=np.float64):
         n = int(np.prod(shape, dtype=np.int64))
         return ((np.arange(n) * 0.618034) % 1.0).astype(dtype).reshape(shape)
+
+    def standard_normal(self, shape, dtype=np.float64):
+        return (self.random(shape, dtype) - dtype(0.5)) * dtype(3.0)
+
+
+def _random(shape, dtype, dist, rng):
+    draw = rng.standard_normal if dist == "normal" else rng.random
+    return draw(shape, dtype=dtype)
+
+
+random_draw = primitive(
+    "random_draw",
+    _random,
+    None,
+    reference=lambda shape, dtype, dist, rng: (
+        _PatternRandom().standard_normal(shape, dtype)
+        if dist == "normal"
+        else _PatternRandom().random(shape, dtype)
+    ),
+    samples=lambda rng: [
+        Sample((), {"shape": s, "dtype": d, "dist": dist, "rng": _PatternRandom()})
+        for s, d, dist in [((4, 5), np.float32, "normal"), ((7,), np.float64, "uniform")]
+    ],
+    doc="Samples of shape ``shape`` (float32 or float64) from ``rng``: standard normal "
+    "(dist='normal') or uniform on [0, 1) (dist='uniform'). Compiled plans draw afresh on "
+    "every replay. Not differentiable.",
+)
 
 
 def _dropout_mask(x, p, rng):
