@@ -163,7 +163,8 @@ def test_lowered_convolutions_equal_eager(conv, shape):
     x_grad = tg.tensor(np.zeros(shape, np.float32), requires_grad=True)
 
     def f(x):
-        loss = (pool(layer(x + x_grad).relu()) ** 2).mean()
+        y = pool(layer(x + x_grad).relu())
+        loss = (y * y).mean()
         layer.zero_grad()
         x_grad.grad = None
         loss.backward()

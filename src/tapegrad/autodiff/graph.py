@@ -19,7 +19,7 @@ import numpy as np
 
 from . import anomaly
 from .backend import DEFAULT_DTYPE, unbroadcast
-from .errors import DTypeError, GraphError, ShapeError
+from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
 from .tensor import _TRACING, Tensor
 
@@ -103,23 +103,25 @@ class Node:
         self.released = True
 
 
-def _lift(args: tuple) -> list:
-    """Python numbers and integer arrays take the dtype of the float operands (one rule)."""
+def _lift(args: tuple, exact: bool) -> list:
+    """Python numbers and integer operands (arrays or tensors alike) take the dtype of the float
+    operands, float32 when there is none (one rule). ``exact`` (comparisons): with no float
+    operand, integers stay integers, so large ones compare exactly."""
+    data = [a.data if isinstance(a, Tensor) else a for a in args]
     dtype = None
-    for a in args:
-        d = a.data if isinstance(a, Tensor) else a
+    for d in data:
         if isinstance(d, np.ndarray) and d.dtype.kind == "f":
             dtype = d.dtype
             break
+    if dtype is None and exact:
+        return [d if isinstance(d, np.ndarray) else np.asarray(d) for d in data]
     dtype = dtype or DEFAULT_DTYPE
     out = []
-    for a in args:
-        if isinstance(a, Tensor):
-            out.append(a.data)
-        elif isinstance(a, np.ndarray):
-            out.append(a.astype(dtype) if a.dtype.kind in "iu" else a)
+    for d in data:
+        if isinstance(d, np.ndarray):
+            out.append(d.astype(dtype) if d.dtype.kind in "iu" else d)
         else:
-            out.append(np.asarray(a, dtype=np.bool_ if isinstance(a, bool) else dtype))
+            out.append(np.asarray(d, dtype=np.bool_ if isinstance(d, bool) else dtype))
     return out
 
 
@@ -139,7 +141,7 @@ def _check_dtypes(prim, arrays) -> None:
 def apply(prim, *args, **attrs) -> Tensor:
     """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it."""
     if prim.broadcasting:
-        arrays = _lift(args)
+        arrays = _lift(args, exact=not prim.differentiable)
     else:
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
     _check_dtypes(prim, arrays)
@@ -149,7 +151,8 @@ def apply(prim, *args, **attrs) -> Tensor:
         if isinstance(e, (ShapeError, DTypeError)):
             raise
         shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in arrays)
-        raise ShapeError(f"{prim.name}: {e} (input shapes: {shapes})") from e
+        error = IndexOutOfRange if isinstance(e, IndexError) else ShapeError
+        raise error(f"{prim.name}: {e} (input shapes: {shapes})") from e
     aux = None
     if prim.aux:
         out, aux = out

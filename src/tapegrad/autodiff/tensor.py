@@ -84,7 +84,15 @@ class Tensor:
     is_leaf = property(lambda self: self._node is None)
 
     def __len__(self) -> int:
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
         return len(self.data)
+
+    def __iter__(self):
+        """The sub-tensors along the first axis (each ``self[i]``, differentiable)."""
+        if self.data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(len(self.data)))
 
     def numpy(self) -> np.ndarray:
         """The value as an ndarray (shared, not copied)."""

@@ -54,13 +54,25 @@ div = primitive(
     broadcasting=True,
     doc="x / y, broadcasting.",
 )
+
+
+def _pow_dx(g, out, x, y):
+    # g * y * x ** (y - 1); where y == 0 the power is constant in x: 0 (not 0 * inf at x == 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(y == 0, 0, g * y * np.power(x, y - 1))
+
+
+def _pow_dy(g, out, x, y):
+    # g * out * log(x) where x > 0, and 0 elsewhere whatever out is there (inf for 0 ** -1, nan
+    # for (-2) ** 0.5): the mask comes after the product
+    with np.errstate(invalid="ignore"):
+        return np.where(x > 0, g * out * np.log(np.where(x > 0, x, 1)), 0)
+
+
 power = primitive(
     "pow",
     np.power,
-    (
-        lambda g, out, x, y: g * y * np.power(x, y - 1),
-        lambda g, out, x, y: g * out * np.log(np.where(x > 0, x, 1)),
-    ),
+    (_pow_dx, _pow_dy),
     reference=lambda x, y: np.exp(y * np.log(x)),
     samples=S.binary(0.5, 2.0, -2.0, 2.0),
     broadcasting=True,
@@ -256,6 +268,8 @@ _clip = primitive(
 
 def clip(x, lo=None, hi=None):
     """Clip ``x`` to [lo, hi] (either bound may be None); gradient 1 inside, 0 outside."""
+    if lo is None and hi is None:
+        raise ValueError("clip: give at least one of the bounds lo and hi")
     return _clip(x, lo=lo, hi=hi)
 
 

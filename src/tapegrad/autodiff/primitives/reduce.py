@@ -188,11 +188,18 @@ min = _reducer(_min, "Minimum")  # noqa: A001
 logsumexp = _reducer(_logsumexp, "log(sum(exp(x))) (stable)")
 
 
+def _one_axis(axis, x):
+    axes = normalize_axis(axis, _ndim(x))
+    if len(axes) > 1:
+        raise ValueError(f"expected one axis, got {axis}")
+    return axes[0] if axes else ()  # a 0-d x: nothing to normalise over
+
+
 def softmax(x, axis: int = -1):
     """Softmax along ``axis``, stable for large inputs."""
-    return _softmax(x, axis=normalize_axis(axis, _ndim(x))[0])
+    return _softmax(x, axis=_one_axis(axis, x))
 
 
 def log_softmax(x, axis: int = -1):
     """Log-softmax along ``axis``, stable for large inputs."""
-    return _log_softmax(x, axis=normalize_axis(axis, _ndim(x))[0])
+    return _log_softmax(x, axis=_one_axis(axis, x))

@@ -174,8 +174,8 @@ _getitem = primitive(
 
 def _index_part(p):
     p = _data(p)
-    if isinstance(p, list):
-        p = np.asarray(p)
+    if isinstance(p, (list, tuple)):
+        p = np.asarray(p)  # a sequence inside an index tuple is an integer (or bool) array
     if isinstance(p, np.ndarray) and p.dtype.kind not in "iub":
         raise IndexError(f"getitem: index arrays must be integer or bool, got dtype {p.dtype}")
     return p
