@@ -103,9 +103,7 @@ class CustomOp:
                 continue
             gi = np.asarray(gi)
             shape = np.shape(x)
-            if gi.shape != shape and not (
-                self.broadcasting and _broadcasts_to(shape, gi.shape)
-            ):
+            if gi.shape != shape and not (self.broadcasting and _broadcasts_to(shape, gi.shape)):
                 raise ShapeError(
                     f"{self.name}: its VJP returned a gradient of shape {gi.shape} for input {i} "
                     f"of shape {shape}"

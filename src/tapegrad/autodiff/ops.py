@@ -26,6 +26,7 @@ from .primitives.elementwise import (  # noqa: F401
     random_draw,
     relu,
     sigmoid,
+    sign,
     sin,
     softplus,
     sqrt,

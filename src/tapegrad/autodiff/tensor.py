@@ -52,7 +52,7 @@ class Tensor:
     (an ndarray of the same shape and dtype). Only float tensors can require grad.
     """
 
-    __slots__ = ("data", "_grad", "requires_grad", "_node", "_retain", "__weakref__")
+    __slots__ = ("data", "_grad", "_grad_t", "requires_grad", "_node", "_retain", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
 
     def __init__(self, data, requires_grad: bool = False, dtype=None):
@@ -60,6 +60,7 @@ class Tensor:
         if requires_grad and self.data.dtype.kind != "f":
             raise TypeError(f"only float tensors can require grad, got dtype {self.data.dtype}")
         self._grad = None
+        self._grad_t = None
         self.requires_grad = bool(requires_grad)
         self._node = None
         self._retain = False
@@ -71,6 +72,7 @@ class Tensor:
         t = object.__new__(cls)
         t.data = data
         t._grad = None
+        t._grad_t = None
         t.requires_grad = requires_grad
         t._node = node
         t._retain = False
@@ -131,6 +133,7 @@ class Tensor:
 
     @grad.setter
     def grad(self, value) -> None:
+        self._grad_t = None
         trace = _TRACING.active
         if trace is not None:
             if value is not None:
@@ -149,11 +152,24 @@ class Tensor:
     def zero_grad(self) -> None:
         self.grad = None
 
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
-        """Accumulate gradients of this tensor into ``.grad`` of the leaves it depends on."""
+    def backward(
+        self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False
+    ) -> None:
+        """Accumulate gradients of this tensor into ``.grad`` of the leaves it depends on.
+
+        With ``create_graph=True`` the gradients are computed with recorded operations, so they
+        can be differentiated again: each leaf's :attr:`grad_tensor` then holds its gradient as a
+        Tensor with a graph (``.grad`` keeps the values), and the graph is retained."""
         from .graph import backward
 
-        backward(self, gradient, retain_graph)
+        retain = create_graph if retain_graph is None else retain_graph
+        backward(self, gradient, retain, create_graph)
+
+    @property
+    def grad_tensor(self):
+        """The gradient accumulated by ``backward(create_graph=True)`` as a Tensor that records
+        how it was computed (differentiate it again), or None."""
+        return self._grad_t
 
     def _accumulate(self, g: np.ndarray) -> None:
         if self._grad is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import samples as S
-from .registry import Sample, primitive
+from .registry import Sample, primitive, run
 
 
 def _sigmoid(x):
@@ -59,14 +59,15 @@ div = primitive(
 def _pow_dx(g, out, x, y):
     # g * y * x ** (y - 1); where y == 0 the power is constant in x: 0 (not 0 * inf at x == 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(y == 0, 0, g * y * np.power(x, y - 1))
+        return run(where, y == 0, 0, g * y * run(power, x, y - 1))
 
 
 def _pow_dy(g, out, x, y):
     # g * out * log(x) where x > 0, and 0 elsewhere whatever out is there (inf for 0 ** -1, nan
     # for (-2) ** 0.5): the mask comes after the product
+    positive = x > 0
     with np.errstate(invalid="ignore"):
-        return np.where(x > 0, g * out * np.log(np.where(x > 0, x, 1)), 0)
+        return run(where, positive, g * out * run(log, run(where, positive, x, 1)), 0)
 
 
 power = primitive(
@@ -82,8 +83,8 @@ maximum = primitive(
     "maximum",
     np.maximum,
     (
-        lambda g, out, x, y: g * ((x > y) + 0.5 * (x == y)),
-        lambda g, out, x, y: g * ((y > x) + 0.5 * (x == y)),
+        lambda g, out, x, y: g * (x > y) + g * (x == y) * 0.5,
+        lambda g, out, x, y: g * (y > x) + g * (x == y) * 0.5,
     ),
     reference=lambda x, y: np.where(x > y, x, y),
     samples=S.binary(),
@@ -94,8 +95,8 @@ minimum = primitive(
     "minimum",
     np.minimum,
     (
-        lambda g, out, x, y: g * ((x < y) + 0.5 * (x == y)),
-        lambda g, out, x, y: g * ((y < x) + 0.5 * (x == y)),
+        lambda g, out, x, y: g * (x < y) + g * (x == y) * 0.5,
+        lambda g, out, x, y: g * (y < x) + g * (x == y) * 0.5,
     ),
     reference=lambda x, y: np.where(x < y, x, y),
     samples=S.binary(),
@@ -120,7 +121,11 @@ def _where_samples(rng):
 where = primitive(
     "where",
     np.where,
-    (None, lambda g, out, c, x, y: np.where(c, g, 0), lambda g, out, c, x, y: np.where(c, 0, g)),
+    (
+        None,
+        lambda g, out, c, x, y: run(where, c, g, 0),
+        lambda g, out, c, x, y: run(where, c, 0, g),
+    ),
     reference=lambda c, x, y: c * x + (1 - c) * y,
     samples=_where_samples,
     broadcasting=True,
@@ -164,10 +169,19 @@ sqrt = primitive(
     broadcasting=True,
     doc="Square root.",
 )
+sign = primitive(
+    "sign",
+    np.sign,
+    None,
+    reference=lambda x: (x > 0).astype(x.dtype) - (x < 0),
+    samples=S.unary(gap=0.1),
+    broadcasting=True,
+    doc="-1, 0 or 1 by the sign of x; its derivative is zero (not differentiable).",
+)
 absolute = primitive(
     "abs",
     np.abs,
-    (lambda g, out, x: g * np.sign(x),),
+    (lambda g, out, x: g * run(sign, x),),
     reference=lambda x: np.where(x < 0, -x, x),
     samples=S.unary(gap=0.1),
     broadcasting=True,
@@ -176,7 +190,7 @@ absolute = primitive(
 sin = primitive(
     "sin",
     np.sin,
-    (lambda g, out, x: g * np.cos(x),),
+    (lambda g, out, x: g * run(cos, x),),
     reference=lambda x: np.cos(x - np.pi / 2),
     samples=S.unary(),
     broadcasting=True,
@@ -185,7 +199,7 @@ sin = primitive(
 cos = primitive(
     "cos",
     np.cos,
-    (lambda g, out, x: -g * np.sin(x),),
+    (lambda g, out, x: -g * run(sin, x),),
     reference=lambda x: np.sin(x + np.pi / 2),
     samples=S.unary(),
     broadcasting=True,
@@ -227,7 +241,7 @@ def _softplus(x):
 softplus = primitive(
     "softplus",
     _softplus,
-    (lambda g, out, x: g * _sigmoid(x),),
+    (lambda g, out, x: g * run(sigmoid, x),),
     reference=lambda x: np.log(1 + np.exp(x)),
     samples=S.unary(-5, 5),
     broadcasting=True,
@@ -240,12 +254,11 @@ def _clip_fwd(x, lo=None, hi=None):
 
 
 def _clip_vjp(g, out, x, lo=None, hi=None):
-    keep = np.ones(x.shape, dtype=bool)
-    if lo is not None:
-        keep &= x >= lo
-    if hi is not None:
-        keep &= x <= hi
-    return g * keep
+    if lo is None:
+        return g * (x <= hi)
+    if hi is None:
+        return g * (x >= lo)
+    return g * ((x >= lo) * (x <= hi))  # bool * bool: both bounds hold
 
 
 def _clip_samples(rng):

@@ -248,6 +248,7 @@ _conv1d = primitive(
     reference=_conv_reference,
     samples=_conv_samples(1),
     aux=True,
+    higher_order=False,
     doc="1-d cross-correlation of (N, C, L) with (O, C, K) (+ bias (O,)), with stride and zero "
     "padding; one matmul per kernel tap at stride 1, im2col + one batched matmul otherwise.",
 )
@@ -258,6 +259,7 @@ _conv2d = primitive(
     reference=_conv_reference,
     samples=_conv_samples(2),
     aux=True,
+    higher_order=False,
     doc="2-d cross-correlation of (N, C, H, W) with (O, C, KH, KW) (+ bias (O,)), with stride "
     "and zero padding; im2col + one batched matmul.",
 )
@@ -398,6 +400,7 @@ _max_pool1d = primitive(
     reference=_pool_reference,
     samples=_pool_samples(1),
     aux=True,
+    higher_order=False,
     doc="Max over length-K windows of (N, C, L) with a stride; the gradient goes to the first "
     "maximum of each window.",
 )
@@ -408,6 +411,7 @@ _max_pool2d = primitive(
     reference=_pool_reference,
     samples=_pool_samples(2),
     aux=True,
+    higher_order=False,
     doc="Max over KH x KW windows of (N, C, H, W) with a stride; the gradient goes to the first "
     "maximum of each window.",
 )
@@ -475,6 +479,7 @@ _embedding = primitive(
     (_embedding_vjp, None),
     reference=_embedding_reference,
     samples=_embedding_samples,
+    higher_order=False,
     doc="Rows of the (V, D) table at integer indices of any shape; the VJP scatter-adds into the "
     "table (repeated indices accumulate). Indices are not differentiable.",
 )
@@ -610,6 +615,7 @@ _softmax_cross_entropy = primitive(
     reference=_ce_reference,
     samples=_ce_samples,
     aux=True,
+    higher_order=False,
     doc="Cross-entropy of softmax(logits) (N, C) against class ids (N,) or probabilities (N, C), "
     "fused and stable; the logits' VJP is (softmax * sum(target) - target) scaled.",
 )
@@ -698,6 +704,7 @@ _bce_with_logits = primitive(
     reference=_bce_reference,
     samples=_bce_samples,
     aux=True,
+    higher_order=False,
     doc="Binary cross-entropy of sigmoid(logits) against targets in [0, 1], fused and stable: "
     "max(x, 0) - x*t + log1p(exp(-|x|)); the logits' VJP is sigmoid(x) - t.",
 )
