@@ -2,6 +2,7 @@
 
 from . import primitives  # noqa: F401  (registers every primitive)
 from .anomaly import AnomalyError, detect_anomaly, is_anomaly_enabled  # noqa: F401
+from .checkpoint import checkpoint  # noqa: F401
 from .custom import CustomOp, custom_op  # noqa: F401
 from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError  # noqa: F401
 from .functional import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp  # noqa: F401

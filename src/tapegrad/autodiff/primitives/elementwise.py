@@ -317,7 +317,18 @@ class _PatternRandom:
         return (self.random(shape, dtype) - dtype(0.5)) * dtype(3.0)
 
 
+RNG_LOG: list | None = None
+"""While a list (``tg.checkpoint``'s first forward), each generator a random primitive is about
+to draw from is appended with its state, so a recomputation can draw the same numbers."""
+
+
+def _log_rng(rng) -> None:
+    if RNG_LOG is not None and hasattr(rng, "bit_generator"):
+        RNG_LOG.append((rng, rng.bit_generator.state))
+
+
 def _random(shape, dtype, dist, rng):
+    _log_rng(rng)
     draw = rng.standard_normal if dist == "normal" else rng.random
     return draw(shape, dtype=dtype)
 
@@ -342,6 +353,7 @@ random_draw = primitive(
 
 
 def _dropout_mask(x, p, rng):
+    _log_rng(rng)
     keep = rng.random(x.shape, dtype=x.dtype if x.dtype == np.float32 else np.float64) >= p
     mask = keep.astype(x.dtype)
     mask *= x.dtype.type(1.0 / (1.0 - p))
