@@ -29,14 +29,17 @@ class Experiment:
     seed: int
 
 
-def load_dataset(name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000):
-    """The dataset called ``name`` and the model settings it implies (vocabulary size)."""
+def load_dataset(
+    name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000, **text_options
+):
+    """The dataset called ``name`` and the model settings it implies (vocabulary size);
+    ``text_options`` (stopwords, oov, ...) go to :func:`tapegrad.data.imdb`."""
     if name == "mnist":
         return data.mnist(data_dir=data_dir), {}
     if name == "fashion-mnist":
         return data.fashion_mnist(data_dir=data_dir), {}
     if name == "imdb":
-        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size)
+        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size, **text_options)
         return ds, {"vocab_size": len(ds.vocab), "maxlen": maxlen}
     raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
 
