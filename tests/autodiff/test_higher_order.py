@@ -157,3 +157,39 @@ def test_backward_create_graph_in_a_compiled_step_is_refused():
 
     with pytest.raises(tg.TraceError, match=r"tg.gradients\(loss, params, create_graph=True\)"):
         tg.compile(step)(np.ones(3, np.float32))
+
+
+def test_hessians_of_the_fused_losses_and_embedding_match_torch():
+    rng = np.random.default_rng(5)
+    x, ids = rng.standard_normal((20, 3)), rng.integers(0, 4, 20)
+    probs = rng.uniform(0.1, 1, (20, 4))
+    probs /= probs.sum(axis=1, keepdims=True)
+    t01 = rng.uniform(0, 1, (20, 1))
+    tok = rng.integers(0, 5, (6, 2))
+    w0 = rng.standard_normal(12) * 0.3
+    F = torch.nn.functional
+    cases = [
+        (
+            lambda w: tg.softmax_cross_entropy(tg.tensor(x) @ w.reshape((3, 4)), ids),
+            lambda w: F.cross_entropy(torch.tensor(x) @ w.reshape(3, 4), torch.tensor(ids)),
+        ),
+        (
+            lambda w: tg.softmax_cross_entropy(tg.tensor(x) @ w.reshape((3, 4)), probs, "sum"),
+            lambda w: F.cross_entropy(
+                torch.tensor(x) @ w.reshape(3, 4), torch.tensor(probs), reduction="sum"
+            ),
+        ),
+        (
+            lambda w: tg.bce_with_logits(tg.tensor(x) @ w[:3].reshape((3, 1)), t01),
+            lambda w: F.binary_cross_entropy_with_logits(
+                torch.tensor(x) @ w[:3].reshape(3, 1), torch.tensor(t01)
+            ),
+        ),
+        (
+            lambda w: (tg.tanh(tg.embedding(w[:10].reshape((5, 2)), tok)) ** 2).sum(),
+            lambda w: (torch.tanh(F.embedding(torch.tensor(tok), w[:10].reshape(5, 2))) ** 2).sum(),
+        ),
+    ]
+    for f, tf in cases:
+        want = torch.autograd.functional.hessian(tf, torch.tensor(w0)).numpy()
+        np.testing.assert_allclose(tg.hessian(f)(w0), want, rtol=1e-9, atol=1e-12)

@@ -23,8 +23,10 @@ VJP rules are written with primitives: a rule calls another primitive through :f
 which is that primitive's forward on ndarrays (the first-order backward pass, no graph) and the
 recorded operation on Tensors (``backward(create_graph=True)``, :func:`tapegrad.gradients`), so
 the same rule gives first derivatives fast and higher derivatives by differentiating it.
-Primitives whose rules call fused NumPy/numba kernels directly say ``higher_order=False``: a
-gradient graph through them raises :class:`GraphError` naming them.
+A fused backward kernel is a primitive of its own with its own VJP (``embedding_backward``,
+``ce_grad``, ``bce_grad``); primitives whose rules still call kernels directly (convolution,
+max pooling, the recurrent scans) say ``higher_order=False``: a gradient graph through them
+raises :class:`GraphError` naming them.
 
 With ``aux=True`` the forward returns ``(out, aux)`` and every rule also receives ``aux=aux``.
 With ``broadcasting=True`` the engine undoes broadcasting of each input gradient (one shared
