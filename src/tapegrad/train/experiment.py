@@ -161,12 +161,12 @@ def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
             f"{name} starts from GloVe vectors of IMDB's vocabulary; on your own token ids "
             f"use text-cnn-learned"
         )
-    if name in ("seed-cnn", "seed-rnn") and features != 784:
+    if name.startswith(("seed-cnn", "seed-rnn")) and features != 784:
         raise DatasetError(
             f"{name} reads 28x28 images (784 values per sample); {shown}'s samples have "
             f"{features}: use mlp or linear"
         )
-    if name == "text-cnn-learned":
+    if preset.datasets == ("imdb",):  # a text CNN: token ids in
         if x.ndim != 2 or x.dtype.kind not in "iu" or x.min() < 0:
             raise DatasetError(
                 f"{name} reads token ids: x_train must be (N, length) non-negative integers"
@@ -191,8 +191,11 @@ def fingerprint(ds) -> str:
     return h.hexdigest()[:16]
 
 
-def load_dataset(name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000):
-    """The dataset called ``name`` and the model settings it implies (vocabulary size)."""
+def load_dataset(
+    name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000, **text_options
+):
+    """The dataset called ``name`` and the model settings it implies (vocabulary size);
+    ``text_options`` (stopwords, oov, ...) go to :func:`tapegrad.data.imdb`."""
     if is_npz(name):
         return load_npz(name), {}
     if name == "mnist":
@@ -200,7 +203,7 @@ def load_dataset(name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 
     if name == "fashion-mnist":
         return data.fashion_mnist(data_dir=data_dir), {}
     if name == "imdb":
-        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size)
+        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size, **text_options)
         return ds, {"vocab_size": len(ds.vocab), "maxlen": maxlen}
     raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
 
