@@ -44,9 +44,9 @@ def step(i: int) -> None:
 
 for i in range(5):
     step(i)
-if len(trainer._compiled.plans) != 1:
-    sys.exit(f"expected one plan, found {len(trainer._compiled.plans)}")
-plan = next(iter(trainer._compiled.plans.values()))
+if len(trainer._compiled.all_plans) != 1:
+    sys.exit(f"expected one plan, found {len(trainer._compiled.all_plans)}")
+plan = trainer._compiled.all_plans[0]
 spent: dict[str, float] = defaultdict(float)
 
 

@@ -26,7 +26,7 @@ def run_cli(*args, env=None):
     [
         (["train", "nope"], "unknown preset 'nope'"),
         (["train", "mlp", "--dataset", "imdb"], "preset mlp trains on mnist or fashion-mnist"),
-        (["train", "mlp", "--epochs", "0"], "--epochs must be at least 1"),
+        (["train", "mlp", "--epochs", "0"], "argument --epochs: must be positive, got 0"),
         (["train", "mlp", "--resume"], "--resume needs --checkpoint-dir"),
     ],
 )
@@ -40,9 +40,11 @@ def test_missing_dataset_says_where_to_put_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TAPEGRAD_DATA", str(tmp_path / "empty"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("TAPEGRAD_OFFLINE", "1")
-    assert main(["train", "mlp", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    (tmp_path / "empty-folder").mkdir()
+    assert main(["train", "mlp", "--data-dir", str(tmp_path / "empty-folder")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "mnist" in err and "train-images-idx3-ubyte.gz" in err
+    assert "--data-dir" in err and "data_dir=" not in err
 
 
 def test_unknown_option_is_a_usage_error_without_traceback():

@@ -16,9 +16,10 @@ from tapegrad.train.experiment import setup
 RUNS = {
     "seed-cnn": (300, 5000, 0.93, 0.9484),
     "seed-rnn": (1200, 5000, 0.87, 0.8944),
+    "seed-rnn-lr0.2": (1200, 5000, 0.93, 0.9538),
     "mlp": (600, 5000, 0.93, 0.9468),
-    "text-cnn": (780, 5000, 0.79, 0.8172),
-    "text-cnn-learned": (780, 5000, 0.76, 0.7926),
+    "text-cnn": (780, 5000, 0.83, 0.8592),
+    "text-cnn-learned": (780, 5000, 0.82, 0.8502),
 }
 
 

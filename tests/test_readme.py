@@ -1,9 +1,26 @@
-"""README's Python examples run as written."""
+"""README's examples run as written, its sample output is what the command prints, its CLI
+synopsis names every flag, and it points at no path outside a fresh clone.
 
+``python tests/test_readme.py --update`` reruns the sample's command and rewrites the block.
+"""
+
+from __future__ import annotations
+
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+SAMPLE = re.compile(
+    r"(<!-- sample-output:.*?-->\n```\n\$ (?P<cmd>[^\n]+)\n)(?P<out>.*?)(```)", re.S
+)
+# the columns that measure this machine at this moment: their format is checked, not their value
+ROW = re.compile(
+    r"^ +(?P<epoch>\d+[* ]) +\d+\.\d\ds +[\d.]+ (B|KiB|MiB|GiB) +[\d.]+ (B|KiB|MiB|GiB)"
+    r"(?P<rest> +\S+ +\S+% +\S+%)$"
+)
 
 
 def test_readme_python_blocks_run():
@@ -11,3 +28,77 @@ def test_readme_python_blocks_run():
     assert blocks, "README has no Python example"
     for block in blocks:
         exec(compile(block, str(README), "exec"), {})
+
+
+def _run(command: str) -> str:
+    root = README.parent
+    shared = root.parent / "shared" / "data"  # where tests/conftest.py looks too
+    env = {
+        **os.environ,
+        "CI": "true",
+        "TAPEGRAD_DATA": os.environ.get("TAPEGRAD_DATA", str(shared)),
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "src"), env.get("PYTHONPATH")]))
+    argv = command.split()
+    assert argv[0] == "tapegrad"
+    r = subprocess.run(
+        [sys.executable, "-m", "tapegrad", *argv[1:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _shape(text: str) -> list[str]:
+    """The lines with the machine-dependent columns (time, memory, steady time) blanked."""
+    out = []
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if m:
+            line = f"{m['epoch']} <time> <alloc> <rss>{m['rest']}"
+        line = re.sub(r"median \d+\.\d\ds over", "median <time> over", line)
+        out.append(line)
+    return out
+
+
+def test_readme_sample_output_is_what_the_command_prints():
+    m = SAMPLE.search(README.read_text())
+    assert m, "README has no generated sample output"
+    printed = _run(m["cmd"])
+    shown = m["out"]
+    assert all(ROW.match(r) for r in shown.splitlines() if r.strip()[:1].isdigit())
+    assert _shape(shown) == _shape(printed), (
+        "README's sample output is stale: run `python tests/test_readme.py --update`"
+    )
+
+
+def test_readme_synopsis_names_every_train_flag():
+    from tapegrad.cli import build_parser
+
+    text = README.read_text()
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = [s for a in train._actions for s in a.option_strings if s.startswith("--")]
+    missing = [f for f in flags if f != "--help" and f"[{f}" not in text]
+    assert not missing, f"README's train synopsis lacks {missing}"
+
+
+def test_readme_names_no_path_outside_the_clone():
+    assert "../" not in README.read_text()
+
+
+def update() -> None:
+    text = README.read_text()
+    m = SAMPLE.search(text)
+    printed = _run(m["cmd"])
+    README.write_text(text[: m.start("out")] + printed + text[m.end("out") :])
+    print(f"README sample output regenerated from `{m['cmd']}`")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update"]:
+        update()
+    else:
+        sys.exit("usage: python tests/test_readme.py --update")

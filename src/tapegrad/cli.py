@@ -1,36 +1,56 @@
 """The ``tapegrad`` command: train | evaluate | info | bench.
 
-User mistakes (unknown preset or option, missing or corrupt data, bad model file) end with a
-one-line message on stderr and exit status 2, never a traceback. A diverged run exits with 3;
-a benchmark whose frameworks disagree (different first-step losses or accuracies) with 4.
+User mistakes (unknown preset or option, a bad value, an output that cannot be written, missing
+or corrupt data, a bad model file or checkpoint, a resume with other settings) end with a
+one-line message on stderr and exit status 2, never a traceback; output targets are checked
+before any data loads. A diverged run exits with 3; a benchmark whose frameworks disagree
+(different first-step losses or accuracies) with 4; a run that trained but could not write an
+output where asked with 5 (each failure named, the weights saved elsewhere). SIGINT and SIGTERM
+stop training after the current step, write a mid-epoch checkpoint (with --checkpoint-dir) and
+print the command that resumes it; the exit status is then 130 or 143.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import shlex
+import signal
 import sys
 
 import numpy as np
 
-EXIT_USAGE, EXIT_DIVERGED, EXIT_MISMATCH = 2, 3, 4
+EXIT_USAGE, EXIT_DIVERGED, EXIT_MISMATCH, EXIT_OUTPUT = 2, 3, 4, 5
 RANKS_HELP = (
     "train data-parallel on N MPI ranks (launches mpiexec; threads per rank = cores / N); "
-    "needs tapegrad[mpi]"
+    "needs tapegrad[mpi]; SIGINT/SIGTERM reach every rank, which stop after the same step "
+    "(default: 1, this process alone)"
 )
 
 
 class UserError(Exception):
-    """A mistake in how the command was called; reported in one line."""
+    """A mistake in how the command was called; reported in one line.
+
+    ``every_rank``: under MPI, every rank raised it together (see :func:`_on_rank_0`), so rank
+    0 reports it and all exit; any other is one rank's own and aborts the job."""
+
+    def __init__(self, message: str, every_rank: bool = False):
+        super().__init__(message)
+        self.every_rank = every_rank
+
+
+class _Terminated(Exception):
+    """SIGTERM outside the training loop (which handles it itself)."""
 
 
 def _preset(name):
-    from .models import get_preset
+    from .train.experiment import find_preset
 
     try:
-        return get_preset(name)
+        return find_preset(name)
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -88,106 +108,385 @@ def _threads() -> int:
     return numba.get_num_threads()
 
 
-# -- commands ------------------------------------------------------------------------------------
+def _on_rank_0(comm, check) -> None:
+    """Run ``check()`` on rank 0 alone (it reads or writes files rank 0 alone uses); under MPI
+    a mistake it finds is raised on every rank alike, in rank 0's words."""
+    from .train.checkpoint import CheckpointError
+    from .train.outputs import OutputError
+
+    if not comm.distributed:
+        check()
+        return
+    error = None
+    if comm.rank == 0:
+        try:
+            check()
+        except (UserError, CheckpointError, OutputError) as e:
+            error = str(e)
+    error = comm.bcast(error)
+    if error is not None:
+        raise UserError(error, every_rank=True)
+
+
+def _say(message: str) -> None:
+    print(f"tapegrad: {message}", file=sys.stderr)
+
+
+# -- train ---------------------------------------------------------------------------------------
+def _check_train_args(args, preset) -> str:
+    """Everything about a train command that can be checked before data loads; the dataset."""
+    from .train.experiment import GENERIC, is_npz
+
+    dataset = args.dataset or preset.dataset
+    if preset.name in GENERIC and not is_npz(dataset):
+        raise UserError(f"{preset.name} trains on your own data: pass --dataset path/to/data.npz")
+    if is_npz(dataset):
+        if not os.path.isfile(dataset):
+            raise UserError(f"--dataset {dataset}: no such file")
+        if args.data_dir:
+            raise UserError(
+                "--data-dir names where named datasets are; a .npz is read from its path"
+            )
+    elif dataset not in preset.datasets:
+        raise UserError(
+            f"preset {preset.name} trains on {' or '.join(preset.datasets)}, not {dataset!r}"
+        )
+    optimizer = args.optimizer or preset.optimizer
+    if args.momentum and optimizer not in ("sgd", "rmsprop"):
+        raise UserError(
+            f"--momentum applies to sgd and rmsprop; {optimizer} (the "
+            f"{'chosen' if args.optimizer else preset.name + ' default'}) has none"
+        )
+    if args.resume and not args.checkpoint_dir:
+        raise UserError("--resume needs --checkpoint-dir (where the checkpoints are)")
+    if args.data_dir and not os.path.isdir(os.path.expanduser(args.data_dir)):
+        state = "is not a folder" if os.path.exists(args.data_dir) else "does not exist"
+        raise UserError(f"--data-dir {args.data_dir} {state}")
+    if args.threads is not None and args.threads > (os.cpu_count() or 1):
+        raise UserError(f"--threads {args.threads}: this machine has {os.cpu_count()} CPUs")
+    return dataset
+
+
+def _scheduler_spec(args, epochs: int) -> dict | None:
+    if args.scheduler is None:
+        return None
+    if args.scheduler == "step":
+        return {"name": "step", "every": args.step_every or 1, "gamma": args.gamma}
+    return {"name": args.scheduler, "epochs": epochs}
+
+
+def _settings(args, preset, dataset: str, epochs: int, **known) -> dict:
+    from .train.experiment import run_config
+
+    return run_config(
+        preset.name,
+        dataset,
+        optimizer=args.optimizer or preset.optimizer,
+        lr=args.lr or preset.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        scheduler=_scheduler_spec(args, epochs),
+        batch_size=args.batch_size or preset.batch_size,
+        seed=args.seed,
+        **known,
+    )
+
+
+def _check_checkpoints(args, settings: dict) -> None:
+    """Before data loads: a fresh run refuses a folder holding another run's checkpoints; a
+    resume refuses damaged-only checkpoints and other settings."""
+    from .train.checkpoint import config_differences, find_latest, list_checkpoints
+
+    if not args.checkpoint_dir:
+        return
+    existing = list_checkpoints(args.checkpoint_dir)
+    if not args.resume:
+        if existing:
+            raise UserError(
+                f"--checkpoint-dir {args.checkpoint_dir} holds checkpoints of an earlier run "
+                f"(newest {existing[-1].name}): add --resume to continue it, or choose another "
+                f"folder"
+            )
+        return
+    found = find_latest(args.checkpoint_dir)  # CheckpointError: damaged ones only
+    if found is None:
+        return
+    saved = found[2].get("config")
+    if not isinstance(saved, dict):
+        raise UserError(
+            f"checkpoint {found[2]['path']} records no run configuration (written by an older "
+            f"tapegrad), so a resume cannot check its settings; use another --checkpoint-dir"
+        )
+    later = ("data", "model", "task", "batch_size")  # compared once the data is loaded
+    diffs = config_differences(saved, settings, skip=later)
+    if saved.get("batch_size") != settings["batch_size"]:
+        diffs.append(
+            f"batch size {saved.get('batch_size')} (checkpoint) vs {settings['batch_size']} (now)"
+        )
+    if diffs:
+        raise UserError(
+            f"checkpoint {found[2]['path']} is from another run configuration: "
+            f"{'; '.join(diffs)}. Resume with its settings, or use another --checkpoint-dir"
+        )
+
+
+def _set_threads(n: int | None) -> None:
+    if n is None:
+        return
+    import numba
+
+    from .bench.micro import _openblas_threads_setter
+
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    blas = _openblas_threads_setter()
+    if blas is not None:
+        blas[0](n)
+
+
+def _resume_command(args, ranks: int = 1) -> str:
+    argv = ["tapegrad", "train", *args.argv]
+    if "--resume" not in argv:
+        argv.append("--resume")
+    if ranks > 1 and not any(a == "--ranks" or a.startswith("--ranks=") for a in argv):
+        argv += ["--ranks", str(ranks)]  # a rank's argv lacks what the launcher consumed
+    return shlex.join(argv)
+
+
 def cmd_train(args) -> int:
     from . import save
     from .train import Trainer, plot, write_csv, write_json
-    from .train.experiment import setup
+    from .train.experiment import make_scheduler, setup
+    from .train.outputs import check_outputs, write_outputs
+    from .train.trainer import TrainingInterrupted, stop_on_signals
 
     launched = _launch_ranks(args)
     if launched is not None:
         return launched
     preset = _preset(args.preset)
-    for flag in ("epochs", "batch_size", "max_steps"):
-        v = getattr(args, flag)
-        if v is not None and v < 1:
-            raise UserError(f"--{flag.replace('_', '-')} must be at least 1, got {v}")
-    if args.lr is not None and not args.lr > 0:
-        raise UserError(f"--lr must be positive, got {args.lr}")
-    if args.resume and not args.checkpoint_dir:
-        raise UserError("--resume needs --checkpoint-dir (where the checkpoints are)")
-    if args.dataset and args.dataset not in preset.datasets:
-        raise UserError(
-            f"preset {preset.name} trains on {' or '.join(preset.datasets)}, not {args.dataset!r}"
-        )
+    dataset = _check_train_args(args, preset)
+    files = {"--save": args.save, "--json": args.json, "--csv": args.csv, "--plot": args.plot}
     epochs = args.epochs or preset.epochs
-    batch_size = args.batch_size or preset.batch_size
     comm = _world()
     say = print if comm.rank == 0 else _quiet  # rank 0 alone reports and writes
     if comm.distributed:
         from .distributed import agree
 
         agree(comm, {**vars_of(args), "tapegrad version": versions()["tapegrad"]})
-    exp = setup(
-        preset,
-        args.dataset,
-        args.data_dir,
-        seed=args.seed,
-        lr=args.lr,
-        optimizer=args.optimizer,
-        momentum=args.momentum,
-        log=say,
-    )
+    # rank 0 alone writes the outputs and reads the checkpoints: it checks them before data loads
+    _on_rank_0(comm, lambda: check_outputs(files, args.checkpoint_dir))
+    _on_rank_0(comm, lambda: _check_checkpoints(args, _settings(args, preset, dataset, epochs)))
+    _set_threads(args.threads)
+
+    try:
+        exp = setup(
+            preset,
+            dataset,
+            args.data_dir,
+            seed=args.seed,
+            lr=args.lr,
+            optimizer=args.optimizer,
+            momentum=args.momentum,
+            weight_decay=args.weight_decay,
+            log=say,
+        )
+    except ValueError as e:
+        raise UserError(str(e).splitlines()[0]) from None
     ds, model = exp.data, exp.model
+    n_train = len(ds.train.y)
+    asked = args.batch_size or preset.batch_size
+    batch_size = min(asked, n_train)
+    steps_per_epoch = -(-n_train // batch_size)
+    spec = _scheduler_spec(args, epochs)
+    config = _settings(
+        args, preset, dataset, epochs, task=exp.task, data=exp.fingerprint, model=exp.config
+    )
     n_params = sum(p.data.size for p in model.parameters())
+    extras = ""
+    if args.momentum:
+        extras += f", momentum {args.momentum:g}"
+    if args.weight_decay:
+        extras += f", weight decay {args.weight_decay:g}"
+    if spec is not None:
+        extras += f", {_describe_schedule(spec)}"
+    batch = f"batch {batch_size}"
+    if batch_size != asked:
+        batch += f" (the whole training set; {asked} asked)"
+    task = "" if exp.task == preset.task else f" ({exp.task})"
     n = _threads()
     ranks = f", {comm.size} ranks x {n} thread{'s' if n > 1 else ''}" if comm.distributed else ""
     say(
-        f"{preset.name} on {exp.dataset}: {len(ds.train.y)} train / {len(ds.test.y)} test "
-        f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}, batch "
-        f"{batch_size}, {epochs} epochs, seed {args.seed}{ranks}"
+        f"{preset.name} on {exp.dataset}{task}: {n_train} train / {len(ds.test.y)} test "
+        f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}{extras}, "
+        f"{batch}, {epochs} epochs, seed {args.seed}{ranks}"
     )
     trainer = Trainer(
         model,
         exp.optimizer,
-        preset.task,
+        exp.task,
         seed=args.seed,
         mode="eager" if args.eager else "compiled",
         distributed=comm,
+        scheduler=make_scheduler(spec, exp.optimizer, steps_per_epoch),
+        config=config,
+        warn=lambda m: _say(f"warning: {m}"),
     )
-    records = trainer.fit(
-        ds.train,
-        ds.test,
-        epochs=epochs,
-        batch_size=batch_size,
-        max_steps=args.max_steps,
-        checkpoint_dir=args.checkpoint_dir,
-        resume=args.resume,
-    )
+    try:
+        with stop_on_signals(trainer):
+            records = trainer.fit(
+                ds.train,
+                ds.test,
+                epochs=epochs,
+                batch_size=batch_size,
+                max_steps=args.max_steps,
+                checkpoint_dir=args.checkpoint_dir,
+                resume=args.resume,
+            )
+    except TrainingInterrupted as e:
+        if comm.rank != 0:  # every rank stopped after the same step; rank 0 reports
+            return 128 + e.signum
+        name = signal.Signals(e.signum).name
+        where = f"epoch {e.epoch}, batch {e.batch} of {steps_per_epoch}"
+        if e.checkpoint is not None:
+            print(
+                f"tapegrad train: {name}: stopped at {where}; saved checkpoint {e.checkpoint}. "
+                f"Resume with: {_resume_command(args, comm.size)}",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"tapegrad train: {name}: stopped at {where}; nothing saved (no "
+                f"--checkpoint-dir). Pass --checkpoint-dir DIR to be able to resume",
+                file=sys.stderr,
+            )
+        return 128 + e.signum
+
     info = {
         "preset": preset.name,
         "dataset": exp.dataset,
+        "task": exp.task,
         "optimizer": exp.optimizer_name,
         "lr": exp.lr,
+        "momentum": args.momentum,
+        "weight_decay": args.weight_decay,
+        "scheduler": spec,
         "batch_size": batch_size,
+        "batch_size_asked": asked,
         "epochs": epochs,
         "seed": args.seed,
         "max_steps": args.max_steps,
         "parameters": int(n_params),
         "global_steps": trainer.global_step,
         "mode": trainer.mode,
+        "threads": args.threads,
         "ranks": comm.size,
         "threads_per_rank": _threads(),
+        "data_fingerprint": exp.fingerprint,
+        "command": shlex.join(["tapegrad", "train", *args.argv]),
         "versions": versions(),
     }
     if comm.rank != 0:
         return 0
+    meta = {
+        "preset": preset.name,
+        "dataset": exp.dataset,
+        "task": exp.task,
+        "seed": str(args.seed),
+        "config": json.dumps(exp.config),
+    }
+    writers = []
     if args.json:
-        write_json(args.json, records, info)
+        writers.append(("--json", args.json, lambda p: write_json(p, records, info)))
     if args.csv:
-        write_csv(args.csv, records)
+        writers.append(("--csv", args.csv, lambda p: write_csv(p, records)))
     if args.plot:
-        plot(args.plot, records, title=f"{preset.name} on {exp.dataset}")
+        title = f"{preset.name} on {exp.dataset}"
+        writers.append(("--plot", args.plot, lambda p: plot(p, records, title=title)))
     if args.save:
-        meta = {
-            "preset": preset.name,
-            "dataset": exp.dataset,
-            "seed": str(args.seed),
-            "config": json.dumps(exp.config),
+        writers.append(("--save", args.save, lambda p: save(model, p, metadata=meta)))
+    failed = write_outputs(
+        writers,
+        report=print,
+        error=lambda m: print(f"tapegrad train: error: {m}", file=sys.stderr),
+        fallback_dirs=[args.checkpoint_dir] if args.checkpoint_dir else [],
+        fallback_name=f"{preset.name}-weights",
+    )
+    return EXIT_OUTPUT if failed else 0
+
+
+def _describe_schedule(spec: dict) -> str:
+    if spec["name"] == "step":
+        return f"lr x{spec['gamma']:g} every {spec['every']} epoch(s)"
+    return f"{spec['name']} schedule over {spec['epochs']} epochs"
+
+
+# -- evaluate ------------------------------------------------------------------------------------
+def _json_field(path, meta: dict, key: str, kind=dict):
+    """``meta[key]`` decoded from JSON; a one-line error naming the file if malformed."""
+    raw = meta.get(key)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        raise UserError(f"{path}: metadata {key!r} is not valid JSON") from None
+    if not isinstance(value, kind):
+        raise UserError(f"{path}: metadata {key!r} is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _read_model_file(path: str) -> tuple[dict, dict]:
+    """(weights, description: preset, dataset, task, config, kind) of a file written by
+    ``train --save`` or a checkpoint."""
+    from .serialization import read_file
+
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file")
+    arrays, meta, kind = read_file(path)
+    if kind == "arrays":
+        ckpt = _json_field(path, meta, "meta") or {}
+        run = ckpt.get("config")
+        if "global_step" not in ckpt or not isinstance(run, dict):
+            raise UserError(
+                f"{path} is not a tapegrad checkpoint with a run configuration (nor a model "
+                f"file from 'tapegrad train --save')"
+            )
+        weights = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
+        model = run.get("model", {})
+        if not isinstance(model, dict):
+            raise UserError(f"{path}: the checkpoint's model settings are not an object")
+        desc = {
+            "preset": run.get("preset"),
+            "dataset": run.get("dataset"),
+            "task": run.get("task"),
+            "config": model,
+            "kind": f"checkpoint (global step {ckpt['global_step']})",
         }
-        save(model, args.save, metadata=meta)
-        print(f"saved weights to {args.save}")
-    return 0
+        return weights, desc
+    desc = {
+        "preset": meta.get("preset"),
+        "dataset": meta.get("dataset"),
+        "task": meta.get("task"),
+        "config": _json_field(path, meta, "config") or {},
+        "kind": "weights",
+    }
+    return arrays, desc
+
+
+def _fitting_presets(weights: dict, config: dict) -> list[str]:
+    """The presets whose model (with ``config``'s shapes, else the defaults) these weights fit."""
+    from .models import PRESETS, build_model
+    from .train.trainer import _state_problems
+
+    fits = []
+    for name, p in PRESETS.items():
+        kw = {"vocab_size": 5000, "maxlen": 130, **p.extra, **config}
+        try:
+            model = build_model(p, seed=0, **kw)
+        except Exception:  # a config meant for another architecture
+            continue
+        if not _state_problems(model.state_dict(), weights):
+            fits.append(name)
+    return fits
 
 
 def _quiet(*args, **kwargs) -> None:
@@ -201,33 +500,56 @@ def vars_of(args) -> dict:
 
 def cmd_evaluate(args) -> int:
     from .models import build_model
-    from .serialization import load, read_metadata
     from .train import Trainer
-    from .train.experiment import load_dataset
+    from .train.experiment import is_npz, load_dataset, load_npz, shape_for_data
+    from .train.trainer import _state_problems
 
-    meta = read_metadata(args.model_file)
-    if "preset" not in meta:
+    path = args.model_file
+    weights, desc = _read_model_file(path)
+    name = desc["preset"]
+    if name is None and args.preset is None:
+        fits = _fitting_presets(weights, desc["config"])
+        hint = f"; its weights fit preset {' or '.join(fits)}" if fits else ""
         raise UserError(
-            f"{args.model_file} names no preset in its metadata; it was not written "
-            f"by 'tapegrad train --save'"
+            f"{path} names no preset in its metadata (not written by 'tapegrad train --save')"
+            f"{hint}: pass --preset NAME"
         )
-    preset = _preset(meta["preset"])
-    dataset = args.dataset or meta.get("dataset", preset.dataset)
-    if dataset not in preset.datasets:
+    if name is not None and args.preset is not None and args.preset != name:
+        raise UserError(f"{path} holds {desc['kind']} of preset {name}, not {args.preset}")
+    preset = _preset(name or args.preset)
+    dataset = args.dataset or desc["dataset"] or preset.dataset
+    config, task = dict(desc["config"]), desc["task"] or preset.task
+    if is_npz(dataset):
+        if not os.path.isfile(dataset):
+            base = os.path.basename(dataset)
+            raise UserError(f"{path} was trained on {dataset}: pass --dataset path/to/{base}")
+        ds = load_npz(dataset)
+        task, shaped = shape_for_data(preset, ds)
+        config = {**shaped, **config}
+    elif dataset not in preset.datasets:
         raise UserError(
-            f"{args.model_file} holds a {preset.name} model, which takes "
+            f"{path} holds a {preset.name} model, which takes "
             f"{' or '.join(preset.datasets)}, not {dataset!r}"
         )
-    config = json.loads(meta.get("config", "{}"))
-    ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
-    model = build_model(preset, seed=0, **config)
-    load(args.model_file, model=model)
-    trainer = Trainer(model, optimizer=None, task=preset.task, log=None)
+    try:
+        model = build_model(preset, seed=0, **{**preset.extra, **config})
+    except TypeError as e:
+        raise UserError(
+            f"{path}: its model settings do not fit preset {preset.name} ({e})"
+        ) from None
+    problems = _state_problems(model.state_dict(), weights)
+    if problems:  # checked before any data loads
+        fits = [f for f in _fitting_presets(weights, desc["config"]) if f != preset.name]
+        owner = f"they are weights of preset {' or '.join(fits)}" if fits else "they fit no preset"
+        raise UserError(f"{path}: not {preset.name} weights ({problems}); {owner}")
+    if not is_npz(dataset):
+        ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
+    model.load_state_dict(weights)
+    trainer = Trainer(model, optimizer=None, task=task, log=None)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
-    print(
-        f"{preset.name} on {dataset} test set ({len(ds.test.y)} samples): loss {loss:.4f}, "
-        f"accuracy {100 * acc:.2f}%"
-    )
+    shown = os.path.basename(dataset) if is_npz(dataset) else dataset
+    score = f"MSE {loss:.4f}" if acc is None else f"loss {loss:.4f}, accuracy {100 * acc:.2f}%"
+    print(f"{preset.name} on {shown} test set ({len(ds.test.y)} samples): {score}")
     return 0
 
 
@@ -367,51 +689,177 @@ def _bench_micro(args) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    from .models import PRESETS
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block) naming the command and the problem."""
 
-    p = argparse.ArgumentParser(
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: str):
+    def parse(text: str):
+        try:
+            v = int(text) if kind.endswith("int") else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+        if kind.startswith("positive") and v <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        if kind.startswith("nonnegative") and v < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return v
+
+    parse.__name__ = kind
+    return parse
+
+
+_POS_INT, _POS_FLOAT, _NONNEG_FLOAT = (
+    _number("positive int"),
+    _number("positive float"),
+    _number("nonnegative float"),
+)
+
+
+def _presets_epilog() -> str:
+    from .models import PRESETS
+    from .train.experiment import GENERIC
+
+    lines = ["presets and their defaults (each flag left out takes the preset's value):"]
+    for p in [*PRESETS.values(), *GENERIC.values()]:
+        data = "your .npz" if p.datasets == ("npz",) else "/".join(p.datasets)
+        lines.append(
+            f"  {p.name:<17} {data:<20} {p.optimizer:<5} lr {p.lr:<7g} batch {p.batch_size:<4} "
+            f"{p.epochs} epochs"
+        )
+    lines += [
+        "",
+        "--dataset also takes a .npz file with arrays x_train, y_train, x_test, y_test: integer",
+        "labels train a classifier, float targets a regression (mean squared error); the",
+        "preset's architecture (or 'linear') is shaped to the data.",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .models import PRESETS
+    from .train.experiment import GENERIC, OPTIMIZERS, SCHEDULERS
+
+    p = _Parser(
         prog="tapegrad", description="Train and evaluate the seed papers' models with tapegrad."
     )
+    p.add_argument("--version", action="version", version=f"tapegrad {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="{train,evaluate,info,bench}")
 
-    t = sub.add_parser("train", help="train a preset and print its per-epoch table")
-    t.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
-    t.add_argument("--dataset", choices=["mnist", "fashion-mnist", "imdb"])
-    t.add_argument("--epochs", type=int)
-    t.add_argument("--batch-size", type=int)
-    t.add_argument("--lr", type=float)
-    t.add_argument("--optimizer", choices=("sgd", "adam", "adamw", "rmsprop"))
-    t.add_argument("--momentum", type=float, default=0.0)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")
-    t.add_argument("--max-steps", type=int, help="stop after this many optimiser steps in total")
-    t.add_argument("--json", help="write the results as JSON here")
-    t.add_argument("--csv", help="write the per-epoch records as CSV here")
-    t.add_argument("--plot", help="plot loss, accuracy, time and memory per epoch to this PNG")
-    t.add_argument("--save", help="write the final weights here (safetensors)")
-    t.add_argument("--checkpoint-dir", help="save a checkpoint here after each epoch")
+    t = sub.add_parser(
+        "train",
+        help="train a preset and print its per-epoch table",
+        description="Train PRESET and print one table row per epoch.",
+        epilog=_presets_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     t.add_argument(
-        "--eager",
-        action="store_true",
-        help="run every step eagerly instead of replaying a compiled plan",
+        "preset", help=f"one of: {', '.join([*PRESETS, *GENERIC])} (defaults listed below)"
+    )
+    t.add_argument(
+        "--dataset",
+        metavar="{mnist,fashion-mnist,imdb,PATH.npz}",
+        help="what to train on (default: the preset's first dataset)",
+    )
+    t.add_argument("--epochs", type=_POS_INT, help="passes over the data (default: the preset's)")
+    t.add_argument(
+        "--batch-size", type=_POS_INT, help="samples per optimiser step (default: the preset's)"
+    )
+    t.add_argument("--lr", type=_POS_FLOAT, help="learning rate (default: the preset's)")
+    t.add_argument("--optimizer", choices=OPTIMIZERS, help="optimiser (default: the preset's)")
+    t.add_argument(
+        "--momentum", type=_NONNEG_FLOAT, default=0.0, help="sgd/rmsprop momentum (default: 0)"
+    )
+    t.add_argument(
+        "--weight-decay",
+        type=_NONNEG_FLOAT,
+        default=0.0,
+        help="L2 penalty (adamw: decoupled) (default: 0)",
+    )
+    t.add_argument(
+        "--scheduler",
+        choices=SCHEDULERS,
+        help="learning-rate schedule, stepped every batch: step (x --gamma every --step-every "
+        "epochs), cosine (to 0 over the run), onecycle (up to --lr, then down) (default: none)",
+    )
+    t.add_argument(
+        "--step-every", type=_POS_INT, help="step schedule: epochs between decays (default: 1)"
+    )
+    t.add_argument(
+        "--gamma", type=_POS_FLOAT, default=0.1, help="step schedule: decay factor (default: 0.1)"
+    )
+    t.add_argument("--seed", type=int, default=0, help="weights and batch order (default: 0)")
+    t.add_argument("--threads", type=_POS_INT, help="numba and BLAS threads (default: all CPUs)")
+    t.add_argument(
+        "--data-dir",
+        help="the only folder searched for the named datasets (default: $TAPEGRAD_DATA, "
+        "then ~/.cache/tapegrad, then a checked download)",
+    )
+    t.add_argument(
+        "--max-steps", type=_POS_INT, help="stop after this many optimiser steps (default: none)"
+    )
+    t.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write settings and per-epoch results as JSON (default: none)",
+    )
+    t.add_argument(
+        "--csv", metavar="PATH", help="write the per-epoch records as CSV (default: none)"
+    )
+    t.add_argument(
+        "--plot", metavar="PATH", help="plot loss, accuracy, time, memory to a PNG (default: none)"
+    )
+    t.add_argument(
+        "--save", metavar="PATH", help="write the final weights, safetensors (default: none)"
+    )
+    t.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="save a checkpoint here after each epoch and when stopped by Ctrl-C/SIGTERM "
+        "(default: none)",
     )
     t.add_argument(
         "--resume",
         action="store_true",
-        help="continue from the newest checkpoint in --checkpoint-dir (fresh if none)",
+        help="continue from the newest valid checkpoint in --checkpoint-dir (fresh if none); "
+        "refused if its settings differ (default: off)",
+    )
+    t.add_argument(
+        "--eager",
+        action="store_true",
+        help="run every step eagerly instead of replaying a compiled plan, with the same "
+        "results (default: off, compiled)",
     )
     t.add_argument("--ranks", type=int, help=RANKS_HELP)
     t.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("evaluate", help="evaluate a model file written by 'train --save'")
-    e.add_argument("model_file")
-    e.add_argument("--dataset", choices=["mnist", "fashion-mnist", "imdb"])
-    e.add_argument("--data-dir")
+    e = sub.add_parser(
+        "evaluate",
+        help="evaluate weights from 'train --save' or a checkpoint on the test set",
+        description="Evaluate MODEL_FILE (from 'train --save', or a checkpoint) on the test set.",
+    )
+    e.add_argument("model_file", help="a .safetensors file from 'train --save' or a checkpoint")
+    e.add_argument(
+        "--dataset",
+        metavar="{mnist,fashion-mnist,imdb,PATH.npz}",
+        help="test set to use (default: the one the file was trained on)",
+    )
+    e.add_argument(
+        "--preset",
+        help="the preset the weights are for (default: the one the file names); needed for "
+        "weights saved without tapegrad's metadata",
+    )
+    e.add_argument("--data-dir", help="the only folder searched for the dataset")
     e.set_defaults(func=cmd_evaluate)
 
     i = sub.add_parser("info", help="versions, threads, and where each dataset was found")
-    i.add_argument("--data-dir")
+    i.add_argument("--data-dir", help="the folder to report on (default: the usual places)")
     i.set_defaults(func=cmd_info)
 
     from .bench.harness import WORKLOADS
@@ -450,39 +898,70 @@ def build_parser() -> argparse.ArgumentParser:
         "--ranks",
         type=int,
         help="compare N MPI ranks x cores/N threads with 1 process (1 thread, all cores) "
-        "training the workload; needs tapegrad[mpi]",
+        "training the workload; needs tapegrad[mpi] (default: none, the peers instead)",
     )
     b.set_defaults(func=cmd_bench)
     return p
 
 
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
-    from .data import DatasetError
+    from .data import DatasetError, paths
     from .distributed import DistributedError
     from .serialization import ModelFileError
     from .train import TrainingDiverged
+    from .train.checkpoint import CheckpointError
+    from .train.outputs import OutputError
 
     parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits 2 with a one-line usage error itself
+    try:
+        args = parser.parse_args(argv)  # a one-line error (see _Parser), or --help/--version
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
+    previous = None
+    if argv is None:  # the command itself, not a test calling main()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    wording, paths.DATA_DIR_OPTION = paths.DATA_DIR_OPTION, "--data-dir DIR"
     try:
         return args.func(args)
-    except (UserError, DatasetError, ModelFileError, FileNotFoundError, DistributedError) as e:
-        return _fail(args, EXIT_USAGE, f"error: {e}", shared=isinstance(e, DistributedError))
+    except (
+        UserError,
+        DatasetError,
+        ModelFileError,
+        CheckpointError,
+        OutputError,
+        FileNotFoundError,
+        DistributedError,
+    ) as e:
+        # ranks that disagree, a refused checkpoint and a mistake rank 0 found (see _on_rank_0)
+        # are met by every rank together; any other is one rank's own
+        shared = isinstance(e, DistributedError | CheckpointError) or getattr(e, "every_rank", 0)
+        return _fail(args, EXIT_USAGE, f"error: {e}", shared=bool(shared))
     except TrainingDiverged as e:
         return _fail(args, EXIT_DIVERGED, f"training diverged: {e}", shared=True)
     except KeyboardInterrupt:
-        return _fail(args, 130, "interrupted")
+        return _fail(args, 128 + signal.SIGINT, "interrupted (SIGINT)")
+    except _Terminated:
+        return _fail(args, 128 + signal.SIGTERM, "terminated (SIGTERM)")
+    finally:
+        paths.DATA_DIR_OPTION = wording
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _fail(args, code: int, message: str, shared: bool = False) -> int:
-    """Report a failure in one line and return ``code``.
+    """Report a failure in one line and return ``code``: the one error path of every command.
 
     Under MPI: before MPI started (bad arguments), every rank fails alike, rank 0 reports and
-    all exit. After, a failure every rank meets together (ranks that disagree, a diverged
-    global loss: ``shared``) is reported by rank 0 and all exit; any other is this rank's own,
-    so it is reported with the rank's number and the whole job is aborted, lest the other
-    ranks wait for this one forever.
+    all exit. After, a failure every rank meets together (ranks that disagree, a refused
+    checkpoint, a mistake rank 0 found and broadcast, a diverged global loss: ``shared``) is
+    reported by rank 0 and all exit; any other (a signal outside the training loop included)
+    is this rank's own, so it is reported with the rank's number and the whole job is
+    aborted, lest the other ranks wait for this one forever.
     """
     from . import distributed
 

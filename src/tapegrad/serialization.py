@@ -33,6 +33,7 @@ __all__ = [
     "save",
     "load",
     "read_metadata",
+    "read_file",
     "save_arrays",
     "load_arrays",
     "remove_stale_temp_files",
@@ -307,6 +308,17 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     """The user metadata a verified file was saved with (``tapegrad.*`` entries left out)."""
     _, meta = _read(path)
     return {k: v for k, v in meta.items() if not k.startswith("tapegrad.")}
+
+
+def read_file(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+    """``(arrays, user metadata, kind)`` of a verified file of either kind: ``"model"`` (from
+    :func:`save`) or ``"arrays"`` (from :func:`save_arrays`; its ``meta`` dict is returned
+    JSON-encoded under the key ``"meta"``)."""
+    arrays, meta = _read(path)
+    user = {k: v for k, v in meta.items() if not k.startswith("tapegrad.")}
+    if meta.get(_FORMAT) == "arrays":
+        user["meta"] = meta.get(_META, "{}")
+    return arrays, user, meta.get(_FORMAT, "model")
 
 
 def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:

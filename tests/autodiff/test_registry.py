@@ -72,3 +72,56 @@ def test_float32_forward_keeps_dtype():
         out = tg.autodiff.graph.apply(prim, *args, **sample.attrs)
         if out.dtype.kind == "f" and name != "astype":
             assert out.dtype == np.float32, f"{name} turned float32 into {out.dtype}"
+
+
+HIGHER_CASES = [(name, i) for name, i in DIFF_CASES if REGISTRY[name].higher_order]
+
+
+def test_only_the_fused_primitives_are_first_order_only():
+    assert sorted(n for n, p in REGISTRY.items() if p.differentiable and not p.higher_order) == [
+        "checkpoint",
+        "conv1d",
+        "conv2d",
+        "gru_scan",
+        "lstm_scan",
+        "max_pool1d",
+        "max_pool2d",
+        "rnn_scan",
+    ]
+
+
+@pytest.mark.parametrize("name,i", HIGHER_CASES)
+def test_vjp_is_differentiable(name, i):
+    """The VJP rule, run on Tensors, is itself differentiable: the gradient of
+    <VJP(c), d> (c, d random) against float64 finite differences of the first derivative."""
+    prim = REGISTRY[name]
+    sample = _samples(prim)[i]
+    diff = [
+        k
+        for k, a in enumerate(sample.args)
+        if prim.differentiable_input(k) and np.asarray(a).dtype.kind == "f"
+    ]
+    rng = np.random.default_rng(1)
+    out = tg.autodiff.graph.apply(prim, *sample.args, **sample.attrs)
+    c = rng.standard_normal(out.shape).astype(out.dtype)
+    ds = [rng.standard_normal(np.shape(sample.args[k])) for k in diff]
+
+    def second(*xs):
+        # the finite-difference evaluations pass plain values under no_grad: the inner
+        # gradient needs leaves and recording
+        xs = [x if x.requires_grad else tg.tensor(x.data, requires_grad=True) for x in xs]
+        args = list(sample.args)
+        for k, x in zip(diff, xs):
+            args[k] = x
+        with tg.enable_grad():
+            y = tg.autodiff.graph.apply(prim, *args, **sample.attrs)
+            gs = tg.gradients((y * c).sum(), list(xs), create_graph=True, allow_unused=True)
+        total = tg.tensor(np.float64(0.0))
+        for g, d in zip(gs, ds):
+            total = total + (g * d.astype(g.dtype)).sum().astype(np.float64)
+        return total
+
+    report = tg.gradcheck(
+        second, *[sample.args[k] for k in diff], tol=sample.atol, raise_exception=False
+    )
+    assert report.ok, f"{name} sample {i}: {report}"

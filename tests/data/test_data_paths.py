@@ -61,7 +61,7 @@ def test_debian_folder_only_for_fashion_mnist(tmp_path, monkeypatch):
 def test_not_found_message(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPEGRAD_DATA", str(tmp_path / "env"))
     with pytest.raises(DatasetNotFoundError) as info:
-        data.mnist(data_dir=tmp_path / "given")
+        data.mnist()
     err = info.value
     assert isinstance(err, DatasetError) and isinstance(err, ValueError)
     assert isinstance(err, FileNotFoundError)
@@ -70,13 +70,26 @@ def test_not_found_message(tmp_path, monkeypatch):
     for piece in (
         "train-images-idx3-ubyte.gz",
         "t10k-labels-idx1-ubyte.gz",
-        str(tmp_path / "given" / "mnist"),
         str(tmp_path / "env" / "mnist"),
         str(data.cache_dir() / "mnist"),
         "TAPEGRAD_OFFLINE=1",
         f"Put the file(s) in {data.cache_dir() / 'mnist'}/",
+        "pass data_dir=",
     ):
         assert piece in msg, piece
+
+
+def test_explicit_data_dir_is_used_alone(tmp_path, monkeypatch):
+    # the files exist in $TAPEGRAD_DATA and the cache, but a given folder is the only place
+    write_mnist(tmp_path / "env" / "mnist")
+    write_mnist(data.cache_dir() / "mnist")
+    monkeypatch.setenv("TAPEGRAD_DATA", str(tmp_path / "env"))
+    for given, state in ((tmp_path / "given", "does not exist"), (tmp_path, "lacks them")):
+        with pytest.raises(DatasetNotFoundError) as info:
+            data.mnist(data_dir=given)
+        msg = str(info.value)
+        assert "\n" not in msg and f"{given} {state}" in msg
+        assert "train-images-idx3-ubyte.gz" in msg and "the only place searched" in msg
 
 
 def test_not_found_lists_alternatives(tmp_path):

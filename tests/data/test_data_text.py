@@ -81,6 +81,53 @@ def test_post_padding_and_truncation(tiny_tar):
     assert (row[4:] == PAD).all() and (row[:4] != PAD).all()
 
 
+def test_stopwords_are_left_out_before_the_vocabulary_and_the_window(tiny_tar):
+    ds = data.imdb(data_dir=tiny_tar.parent, maxlen=4, vocab_size=100, stopwords={"film", "it"})
+    assert "film" not in ds.vocab and "it" not in ds.vocab
+    v = ds.vocab
+    # "Great great film. Loved it!" without film/it: the window holds 4 remaining words
+    assert v.decode(ds.train.x[3]) == "great great loved"
+    assert ds.train.x[3, 0] == PAD
+    # "Awful film. Bad, bad, bad." keeps its last 4 words once "film" is gone
+    assert v.decode(ds.train.x[0]) == "awful bad bad bad"
+    with pytest.raises(TypeError, match="not one string"):
+        data.imdb(data_dir=tiny_tar.parent, stopwords="film")
+
+
+def test_oov_drop_keeps_only_vocabulary_words_in_the_window(tiny_tar):
+    unk = data.imdb(data_dir=tiny_tar.parent, maxlen=3, vocab_size=4)  # <pad> <unk> bad great
+    drop = data.imdb(data_dir=tiny_tar.parent, maxlen=3, vocab_size=4, oov="drop")
+    assert unk.vocab.id_to_word == drop.vocab.id_to_word
+    # "great acting, GREAT fun": <unk> takes window places, dropping frees them
+    np.testing.assert_array_equal(unk.train.x[2], [UNK, 3, UNK])
+    np.testing.assert_array_equal(drop.train.x[2], [PAD, 3, 3])
+    assert (drop.train.x != UNK).all() and (drop.test.x != UNK).all()
+    # the test review "bad bad zebras" loses its unknown word and is padded at the front
+    np.testing.assert_array_equal(drop.test.x[0], [PAD, 2, 2])
+    with pytest.raises(ValueError, match="oov must be 'unk' or 'drop'"):
+        data.imdb(data_dir=tiny_tar.parent, oov="skip")
+
+
+def test_text_options_get_their_own_cache_entries(tiny_tar):
+    plain = data.imdb(data_dir=tiny_tar.parent, maxlen=5)
+    stop = data.imdb(data_dir=tiny_tar.parent, maxlen=5, stopwords={"film"})
+    other = data.imdb(data_dir=tiny_tar.parent, maxlen=5, stopwords={"bad"})
+    again = data.imdb(data_dir=tiny_tar.parent, maxlen=5, stopwords={"film"})
+    assert "film" in plain.vocab and "film" not in stop.vocab
+    assert "bad" in stop.vocab and "bad" not in other.vocab
+    np.testing.assert_array_equal(again.train.x, stop.train.x)
+    assert again.vocab.id_to_word == stop.vocab.id_to_word
+
+
+def test_stopword_list_keeps_negations_and_drops_function_words():
+    for word in ("no", "not", "nor", "never", "but", "very", "too", "don", "didn", "isn"):
+        assert word not in text.STOPWORDS, word
+    for word in ("the", "a", "of", "and", "is", "it", "s", "t", "this", "was"):
+        assert word in text.STOPWORDS, word
+    # every entry is a token the tokenizer can produce, so none is dead weight
+    assert all(tokenize(w) == [w] for w in text.STOPWORDS)
+
+
 def test_pad_sequences_directly():
     seqs = [[1, 2, 3, 4], [5], []]
     np.testing.assert_array_equal(pad_sequences(seqs, 3), [[2, 3, 4], [0, 0, 5], [0, 0, 0]])
@@ -214,5 +261,10 @@ def test_vocab_encode_decode():
     assert ids.dtype == np.int32
     np.testing.assert_array_equal(ids, [2, 3, 2, UNK])
     assert v.decode([0, 0, 2, 3, 1]) == "good film <unk>"
+    np.testing.assert_array_equal(v.encode("Good film, GOOD plot", oov="drop"), [2, 3, 2])
+    assert v.encode("plot twist", oov="drop").shape == (0,)
+    assert v.ids(["film", "plot"]) == [3, UNK] and v.ids(["film", "plot"], "drop") == [3]
+    with pytest.raises(ValueError, match="oov must be"):
+        v.encode("good", oov="ignore")
     with pytest.raises(DatasetError, match="must start with"):
         Vocab(["good", "<pad>"])

@@ -1,7 +1,9 @@
 """One instrumented rank of ``tapegrad ...``: ``python rank_launcher.py ARGS...``.
 
-It is ``tapegrad.cli.main`` with one instrument: with ``TAPEGRAD_TEST_DIE=R:S`` rank R SIGKILLs
-itself right after its global step S (a rank dying mid-epoch, deterministically).
+It is ``tapegrad.cli.main`` with two instruments: with ``TAPEGRAD_TEST_DIE=R:S`` rank R SIGKILLs
+itself right after its global step S (a rank dying mid-epoch, deterministically); with
+``TAPEGRAD_TEST_SIGNAL=R:S:N`` rank R alone sends itself signal N there (a stop request only one
+rank received).
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import sys
 
 
 def _instrument() -> None:
-    die = os.environ.get("TAPEGRAD_TEST_DIE")
-    if not die:
+    die, sig = os.environ.get("TAPEGRAD_TEST_DIE"), os.environ.get("TAPEGRAD_TEST_SIGNAL")
+    if not (die or sig):
         return
-    rank, step = (int(v) for v in die.split(":"))
+    rank, step, signum = (
+        (int(v) for v in f"{die}:{signal.SIGKILL}".split(":"))
+        if die
+        else (int(v) for v in sig.split(":"))
+    )
     from tapegrad.distributed import launched_rank
     from tapegrad.train import trainer as trainer_module
 
@@ -25,8 +31,8 @@ def _instrument() -> None:
 
     def dying_step(self, *args):
         out = original(self, *args)
-        if self.global_step + 1 >= step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.global_step + 1 == step or (signum == signal.SIGKILL and self.global_step >= step):
+            os.kill(os.getpid(), signum)
         return out
 
     trainer_module.Trainer.train_step = dying_step

@@ -169,6 +169,35 @@ def test_killing_one_rank_mid_epoch_stops_all_and_resume_is_bit_identical(tmp_pa
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step_and_resumes_exactly(
+    tmp_path, real_data
+):
+    """Rank 1 alone gets SIGINT after global step 40 (mid-epoch 2 of 30 steps): the request
+    travels with the next step's allreduce, so both ranks stop after step 41, rank 0 writes
+    the mid-epoch checkpoint and prints the resume command once; resuming with it ends bit for
+    bit where an uninterrupted 2-rank run ends."""
+    stopped, reference = tmp_path / "stopped", tmp_path / "reference"
+    t0 = time.perf_counter()
+    done = _train(stopped, TAPEGRAD_TEST_SIGNAL="1:40:2", **_instrumented_mpiexec(tmp_path))
+    assert time.perf_counter() - t0 < 30
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"tapegrad train: SIGINT: stopped at epoch 2, batch 11 of 30; saved checkpoint "
+        f"{stopped / 'ckpt' / 'ckpt-000000041.safetensors'}. Resume with: tapegrad train mlp "
+        f"--epochs 3 --batch-size 2000 --seed 5 --checkpoint-dir {stopped / 'ckpt'} --save "
+        f"{stopped / 'final.safetensors'} --resume --ranks 2"
+    ]
+    assert not (stopped / "final.safetensors").exists()
+    resumed = _train(stopped, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "batch 11" in resumed.stdout
+    uninterrupted = _train(reference)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr
+    a = tg.load(str(stopped / "final.safetensors"))
+    b = tg.load(str(reference / "final.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 def _instrumented_mpiexec(tmp_path) -> dict[str, str]:
     """Environment making ``--ranks`` start its ranks through ``rank_launcher.py``."""
     wrapper = tmp_path / "mpiexec"

@@ -151,4 +151,75 @@ def test_plot_writes_png(tmp_path):
 def test_bad_task():
     model, opt = make()
     with pytest.raises(ValueError, match="task"):
-        Trainer(model, opt, task="regression")
+        Trainer(model, opt, task="ranking")
+
+
+def test_progress_bar_shows_loss_and_speed_on_a_terminal(monkeypatch):
+    # tqdm leaves ``disable`` None on a terminal; the postfix must still be set
+    postfixes = []
+
+    class Bar:
+        disable = None
+
+        def update(self, n):
+            pass
+
+        def set_postfix(self, **kw):
+            postfixes.append(kw)
+
+        def close(self):
+            pass
+
+    x, y = blobs()
+    model, opt = make()
+    trainer = Trainer(model, opt, progress=True, log=None)
+    monkeypatch.setattr(trainer, "_bar", lambda *a: Bar())
+    trainer.fit((x, y), None, epochs=1, batch_size=10)
+    assert postfixes and set(postfixes[0]) == {"loss", "samples_s"}
+
+
+def test_table_stays_aligned_for_huge_losses():
+    from dataclasses import replace
+
+    from tapegrad.train import EpochRecord, table_header, table_row
+
+    r = EpochRecord(1, 10, 1.5, 100.0, 1024, 100, 2**30, 0.25, 0.9, 0.3, 0.91, 0.1, True)
+    widths = {len(table_header())}
+    for loss in (0.25, 123.4567, 8.5e9, float("inf"), float("nan")):
+        widths.add(len(table_row(replace(r, loss=loss))))
+    assert len(widths) == 1, widths
+    assert "8.50e+09" in table_row(replace(r, loss=8.5e9))
+
+
+def test_plot_epoch_ticks_are_whole_numbers(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from tapegrad.train import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    x, y = blobs()
+    model, opt = make()
+    records = Trainer(model, opt, progress=False, log=None).fit(
+        (x, y), (x, y), epochs=2, batch_size=60
+    )
+    plot(tmp_path / "p.png", records)
+    fig = figures[0]
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    plt.close(fig)
+
+
+def test_regression_task_reports_mse_and_no_accuracy():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32) + 1).astype(np.float32)
+    model = nn.Sequential(nn.Linear(3, 1, rng=rng))
+    trainer = Trainer(
+        model, optim.Adam(model.parameters(), lr=0.1), task="regression", progress=False, log=None
+    )
+    records = trainer.fit((x, y), (x, y), epochs=20, batch_size=30)
+    assert records[-1].train_accuracy is None and records[-1].test_accuracy is None
+    assert records[-1].test_loss < 1e-3 < records[0].loss

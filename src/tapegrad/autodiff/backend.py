@@ -43,7 +43,9 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
-    """``axis`` (None, int or sequence, negatives allowed) as a sorted tuple of axes >= 0."""
+    """``axis`` (None, int or sequence, negatives allowed) as a sorted tuple of axes >= 0.
+
+    A 0-d array accepts axis 0 and -1 (as PyTorch does) and has no axis to reduce: ``()``."""
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (int, np.integer)):
@@ -53,7 +55,8 @@ def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
         a = int(a)
         if not -ndim <= a < max(ndim, 1) and not (ndim == 0 and a in (0, -1)):
             raise ValueError(f"axis {a} is out of range for an array of rank {ndim}")
-        out.append(a % ndim if ndim else 0)
+        if ndim:
+            out.append(a % ndim)
     if len(set(out)) != len(out):
         raise ValueError(f"repeated axis in {tuple(axis)}")
     return tuple(sorted(out))

@@ -1,8 +1,15 @@
 """Error types the engine raises for bad input. Each message names the operation and shapes."""
 
 
-class ShapeError(ValueError):
-    """Operand shapes that do not fit an operation (broadcasting, matmul, reshape, layers)."""
+class ShapeError(ValueError, RuntimeError):
+    """Operand shapes that do not fit an operation (broadcasting, matmul, reshape, layers).
+
+    Also a ``RuntimeError``, the class PyTorch raises for shape mismatches."""
+
+
+class IndexOutOfRange(ShapeError, IndexError):
+    """An index outside a tensor's shape. Also an ``IndexError``, so Python's protocols that
+    rely on it (iteration by ``__getitem__``, unpacking) work on tensors."""
 
 
 class DTypeError(TypeError):

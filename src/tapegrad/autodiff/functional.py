@@ -1,7 +1,15 @@
-"""JAX-style function transformations over the tape: ``grad``, ``value_and_grad``, ``vjp``.
+"""JAX-style function transformations over the tape: ``grad``, ``value_and_grad``, ``vjp``,
+and the higher-order ones built on them: ``hvp``, ``hessian``, ``jacobian``, ``jvp``.
 
 They take functions of ndarrays or Tensors (numbers too) and return ndarrays. Inputs keep their
 dtype (pass float64 arrays for float64 derivatives); Python numbers become float32.
+
+They nest: called with Tensors that require grad (inside another transformation, as in
+``tg.grad(tg.grad(f))``), a transformation differentiates with ``create_graph=True`` and returns
+Tensors, so the outer one can differentiate through it. Forward mode (``jvp``) transposes the
+linearised VJP: the VJP is linear in its cotangent ``u``, so differentiating ``<vjp(u), v>`` with
+respect to ``u`` gives ``J v``; it costs two reverse passes and needs the operations on the way to
+be twice differentiable (the fused network primitives say so when they are not).
 """
 
 from __future__ import annotations
@@ -12,11 +20,18 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .errors import GraphError
-from .graph import backward, enable_grad
+from .graph import enable_grad, gradients
 from .tensor import Tensor
 
 
+def _nested(x) -> bool:
+    """A Tensor that requires grad: we are inside another transformation."""
+    return isinstance(x, Tensor) and x.requires_grad
+
+
 def _leaf(x) -> Tensor:
+    if _nested(x):
+        return x  # keep the outer transformation's graph
     t = Tensor(x.data if isinstance(x, Tensor) else x)
     if t.data.dtype.kind != "f":
         raise TypeError(f"can only differentiate with respect to float inputs, got {t.data.dtype}")
@@ -34,11 +49,12 @@ def _argnums(argnums, n) -> tuple[tuple[int, ...], bool]:
 
 def _prepare(args, nums):
     args = list(args)
+    nested = any(_nested(a) for a in args)
     leaves = []
     for a in nums:
         args[a] = _leaf(args[a])
         leaves.append(args[a])
-    return args, leaves
+    return args, leaves, nested
 
 
 def _scalar_out(out, fname) -> Tensor:
@@ -49,27 +65,34 @@ def _scalar_out(out, fname) -> Tensor:
     return out
 
 
+def _grads(out: Tensor, leaves, nested: bool, cotangent=None) -> list:
+    """d out / d leaves: Tensors with a graph when nested, else ndarrays (zeros where unused)."""
+    if not out.requires_grad:
+        zeros = [np.zeros_like(t.data) for t in leaves]
+        return [Tensor._make(z, None, False) for z in zeros] if nested else zeros
+    gs = gradients(out, leaves, cotangent, create_graph=nested, allow_unused=True)
+    return list(gs) if nested else [g.data for g in gs]
+
+
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """``f`` -> a function returning ``(f(*args) as ndarray, gradient(s) of f)``."""
 
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         nums, single = _argnums(argnums, len(args))
-        args, leaves = _prepare(args, nums)
+        args, leaves, nested = _prepare(args, nums)
         with enable_grad():
             out = _scalar_out(f(*args, **kwargs), "value_and_grad")
-        grads = []
-        if out.requires_grad:
-            backward(out)
-        for t in leaves:
-            grads.append(t.grad if t.grad is not None else np.zeros_like(t.data))
-        return out.data, (grads[0] if single else tuple(grads))
+            grads = _grads(out, leaves, nested)
+        value = out if nested else out.data
+        return value, (grads[0] if single else tuple(grads))
 
     return wrapped
 
 
 def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
-    """``f`` (scalar-valued) -> a function returning its gradient(s) as ndarrays."""
+    """``f`` (scalar-valued) -> a function returning its gradient(s) as ndarrays; nests
+    (``grad(grad(f))`` is the second derivative)."""
     vg = value_and_grad(f, argnums)
 
     @functools.wraps(f)
@@ -83,20 +106,131 @@ def vjp(f: Callable, *args) -> tuple[np.ndarray, Callable]:
     """Evaluate ``f(*args)``; return its value and a function mapping a cotangent of the output
     to the cotangents of every argument (a tuple of ndarrays). The function can be called more
     than once."""
-    args, leaves = _prepare(args, range(len(args)))
+    args, leaves, nested = _prepare(args, range(len(args)))
     with enable_grad():
         out = f(*args)
     if not isinstance(out, Tensor):
         raise TypeError(f"vjp: the function must return a tapegrad Tensor, got {type(out)}")
 
-    def pullback(cotangent) -> tuple[np.ndarray, ...]:
-        for t in leaves:
-            t.grad = None
-        if out.requires_grad:
-            ct = np.asarray(
+    def pullback(cotangent) -> tuple:
+        ct = (
+            cotangent
+            if _nested(cotangent)
+            else np.asarray(
                 cotangent.data if isinstance(cotangent, Tensor) else cotangent, dtype=out.dtype
             )
-            backward(out, ct, retain_graph=True)
-        return tuple(t.grad if t.grad is not None else np.zeros_like(t.data) for t in leaves)
+        )
+        with enable_grad():
+            if not out.requires_grad:
+                return tuple(_grads(out, leaves, nested))
+            gs = gradients(
+                out, leaves, ct, retain_graph=True, create_graph=nested, allow_unused=True
+            )
+        return tuple(gs) if nested else tuple(g.data for g in gs)
 
-    return out.data, pullback
+    return (out if nested else out.data), pullback
+
+
+def _as_float(x, fname) -> np.ndarray:
+    a = np.asarray(x.data if isinstance(x, Tensor) else x)
+    if a.dtype.kind != "f":
+        a = a.astype(np.float32)
+    return a
+
+
+def hvp(f: Callable, x, v) -> np.ndarray:
+    """The Hessian of scalar ``f`` at ``x`` times ``v`` (reverse over reverse: the gradient of
+    ``<grad f(x), v>``), without forming the Hessian."""
+    x = _as_float(x, "hvp")
+    v = np.asarray(v.data if isinstance(v, Tensor) else v, dtype=x.dtype)
+    if v.shape != x.shape:
+        raise ValueError(f"hvp: v has shape {v.shape}, x has shape {x.shape}")
+    leaf = Tensor(x).requires_grad_()
+    with enable_grad():
+        out = _scalar_out(f(leaf), "hvp")
+        (g,) = gradients(out, [leaf], create_graph=True, allow_unused=True)
+        if not g.requires_grad:
+            return np.zeros_like(x)
+        (h,) = gradients((g * v).sum(), [leaf], allow_unused=True)
+    return h.data
+
+
+def hessian(f: Callable) -> Callable:
+    """``f`` (scalar-valued) -> a function returning its Hessian at ``x``, of shape
+    ``x.shape + x.shape`` (one Hessian-vector product per entry of ``x``)."""
+
+    @functools.wraps(f)
+    def wrapped(x):
+        x = _as_float(x, "hessian")
+        leaf = Tensor(x).requires_grad_()
+        with enable_grad():
+            out = _scalar_out(f(leaf), "hessian")
+            (g,) = gradients(out, [leaf], create_graph=True, allow_unused=True)
+            rows = []
+            for k in range(x.size):
+                if not g.requires_grad:
+                    rows.append(np.zeros_like(x))
+                    continue
+                e = np.zeros(x.size, x.dtype)
+                e[k] = 1
+                (h,) = gradients(
+                    g, [leaf], e.reshape(x.shape), retain_graph=True, allow_unused=True
+                )
+                rows.append(h.data)
+        return np.stack(rows).reshape(x.shape + x.shape)
+
+    return wrapped
+
+
+def jacobian(f: Callable) -> Callable:
+    """``f`` -> a function returning its Jacobian at ``x``, of shape ``f(x).shape + x.shape``
+    (one VJP per output entry)."""
+
+    @functools.wraps(f)
+    def wrapped(x):
+        x = _as_float(x, "jacobian")
+        out, pullback = vjp(f, x)
+        rows = []
+        for k in range(out.size):
+            e = np.zeros(out.size, out.dtype)
+            e[k] = 1
+            rows.append(pullback(e.reshape(out.shape))[0])
+        return (
+            np.stack(rows).reshape(out.shape + x.shape)
+            if rows
+            else np.zeros(out.shape + x.shape, x.dtype)
+        )
+
+    return wrapped
+
+
+def jvp(f: Callable, primals: Sequence, tangents: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Forward mode: ``(f(*primals), J tangents)`` as ndarrays, by transposing the linearised
+    VJP (see the module docstring)."""
+    primals, tangents = tuple(primals), tuple(tangents)
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    leaves = [Tensor(_as_float(p, "jvp")).requires_grad_() for p in primals]
+    vs = []
+    for k, (leaf, t) in enumerate(zip(leaves, tangents)):
+        t = np.asarray(t.data if isinstance(t, Tensor) else t, dtype=leaf.dtype)
+        if t.shape != leaf.shape:
+            raise ValueError(f"jvp: tangent {k} has shape {t.shape}, primal {leaf.shape}")
+        vs.append(t)
+    with enable_grad():
+        out = f(*leaves)
+        if not isinstance(out, Tensor):
+            raise TypeError(f"jvp: the function must return a tapegrad Tensor, got {type(out)}")
+        if not out.requires_grad:
+            return out.data, np.zeros_like(out.data)
+        u = Tensor(np.zeros_like(out.data)).requires_grad_()
+        gs = gradients(out, leaves, u, create_graph=True, allow_unused=True)
+        inner = None
+        for g, v in zip(gs, vs):
+            if g.requires_grad:
+                term = (g * v).sum()
+                inner = term if inner is None else inner + term
+        if inner is None:
+            return out.data, np.zeros_like(out.data)
+        (jv,) = gradients(inner, [u], allow_unused=True)
+    return out.data, jv.data

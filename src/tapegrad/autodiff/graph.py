@@ -9,6 +9,12 @@ own output tensor, so reference counting frees a graph as soon as its last tenso
 node's VJP rules in reverse order, frees each intermediate gradient as soon as it has been passed
 on, and accumulates into ``.grad`` of the leaves. Unless ``retain_graph=True``, every node's saved
 arrays are dropped during the pass, and a second backward through it raises :class:`GraphError`.
+
+One pass (``_pass``) serves every caller, in two modes over the same VJP rules: on arrays (the
+first-order pass: no graph is recorded) or, with ``create_graph``, on Tensors with recording on
+(``Node.vjp_graph``: the parents, the output tensor and constants stand in for the saved
+arrays), so the gradients are Tensors whose own graph can be differentiated again.
+:func:`gradients` returns gradients for chosen tensors instead of accumulating into leaves.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import numpy as np
 
 from . import anomaly
 from .backend import DEFAULT_DTYPE, unbroadcast
-from .errors import DTypeError, GraphError, ShapeError
+from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
 from .tensor import _TRACING, Tensor
 
@@ -69,22 +75,44 @@ class Node:
         self.site = site  # "file:line" of the call, recorded in anomaly mode only
 
     def vjp(self, g: np.ndarray) -> list:
-        prim, parents, inputs, attrs = self.prim, self.parents, self.inputs, self.attrs
+        """Each parent's gradient from the rules, run on the saved arrays (no graph)."""
+        return self._run_rules(g, self.out, self.inputs, False)
+
+    def vjp_graph(self, g: Tensor, out: Tensor) -> list:
+        """The same rules run on Tensors (the output, the parents, constants for the other
+        inputs), so the gradients they return record how they were computed."""
+        if not self.prim.higher_order:
+            raise GraphError(
+                f"{self.prim.name}: its gradient cannot be differentiated (its VJP runs fused "
+                f"kernels); second derivatives, hvp, hessian, jacobian and jvp work through "
+                f"the other operations"
+            )
+        inputs = [
+            p if p is not None else (Tensor._make(a, None, False) if _is_array(a) else a)
+            for p, a in zip(self.parents, self.inputs)
+        ]
+        return self._run_rules(g, out, inputs, True)
+
+    def _run_rules(self, g, out, inputs, graph: bool) -> list:
+        prim, parents, attrs = self.prim, self.parents, self.attrs
         if prim.aux:
             attrs = {**attrs, "aux": self.aux}
         if prim.vjp_all is not None:
             needs = tuple(p is not None for p in parents)
-            grads = list(prim.vjp_all(g, self.out, needs, *inputs, **attrs))
+            grads = list(prim.vjp_all(g, out, needs, *inputs, **attrs))
         else:
             grads = [
-                None if p is None else rule(g, self.out, *inputs, **attrs)
+                None if p is None else rule(g, out, *inputs, **attrs)
                 for p, rule in zip(parents, prim.vjps)
             ]
         for i, (p, gi) in enumerate(zip(parents, grads)):
             if p is None or gi is None:
                 continue
             x = inputs[i]
-            if type(gi) is not np.ndarray:
+            if graph:
+                if not isinstance(gi, Tensor):
+                    gi = Tensor._make(np.asarray(gi), None, False)
+            elif type(gi) is not np.ndarray:
                 gi = np.asarray(gi)
             if prim.broadcasting:
                 gi = unbroadcast(gi, x.shape)
@@ -103,23 +131,29 @@ class Node:
         self.released = True
 
 
-def _lift(args: tuple) -> list:
-    """Python numbers and integer arrays take the dtype of the float operands (one rule)."""
+def _is_array(a) -> bool:
+    return isinstance(a, np.ndarray)
+
+
+def _lift(args: tuple, exact: bool) -> list:
+    """Python numbers and integer operands (arrays or tensors alike) take the dtype of the float
+    operands, float32 when there is none (one rule). ``exact`` (comparisons): with no float
+    operand, integers stay integers, so large ones compare exactly."""
+    data = [a.data if isinstance(a, Tensor) else a for a in args]
     dtype = None
-    for a in args:
-        d = a.data if isinstance(a, Tensor) else a
+    for d in data:
         if isinstance(d, np.ndarray) and d.dtype.kind == "f":
             dtype = d.dtype
             break
+    if dtype is None and exact:
+        return [d if isinstance(d, np.ndarray) else np.asarray(d) for d in data]
     dtype = dtype or DEFAULT_DTYPE
     out = []
-    for a in args:
-        if isinstance(a, Tensor):
-            out.append(a.data)
-        elif isinstance(a, np.ndarray):
-            out.append(a.astype(dtype) if a.dtype.kind in "iu" else a)
+    for d in data:
+        if isinstance(d, np.ndarray):
+            out.append(d.astype(dtype) if d.dtype.kind in "iu" else d)
         else:
-            out.append(np.asarray(a, dtype=np.bool_ if isinstance(a, bool) else dtype))
+            out.append(np.asarray(d, dtype=np.bool_ if isinstance(d, bool) else dtype))
     return out
 
 
@@ -139,7 +173,7 @@ def _check_dtypes(prim, arrays) -> None:
 def apply(prim, *args, **attrs) -> Tensor:
     """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it."""
     if prim.broadcasting:
-        arrays = _lift(args)
+        arrays = _lift(args, exact=not prim.differentiable)
     else:
         arrays = [a.data if isinstance(a, Tensor) else a for a in args]
     _check_dtypes(prim, arrays)
@@ -149,7 +183,8 @@ def apply(prim, *args, **attrs) -> Tensor:
         if isinstance(e, (ShapeError, DTypeError)):
             raise
         shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in arrays)
-        raise ShapeError(f"{prim.name}: {e} (input shapes: {shapes})") from e
+        error = IndexOutOfRange if isinstance(e, IndexError) else ShapeError
+        raise error(f"{prim.name}: {e} (input shapes: {shapes})") from e
     aux = None
     if prim.aux:
         out, aux = out
@@ -185,83 +220,202 @@ def apply(prim, *args, **attrs) -> Tensor:
     return result
 
 
-def toposort(root: Tensor) -> list[Tensor]:
-    """Tensors that ``root`` depends on through gradient-carrying edges, parents first."""
+def toposort(*roots: Tensor) -> list[Tensor]:
+    """Tensors that ``roots`` depend on through gradient-carrying edges, parents first."""
     order: list[Tensor] = []
     visited: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
-    while stack:
-        t, done = stack.pop()
-        if done:
-            order.append(t)
+    for root in roots:
+        if id(root) in visited:
             continue
-        if id(t) in visited:
-            continue
-        visited.add(id(t))
-        stack.append((t, True))
-        node = t._node
-        if node is not None:
-            if node.released:
-                raise GraphError(
-                    "backward: this graph was freed by an earlier backward(); pass "
-                    "retain_graph=True to the first backward() to run backward through it again"
-                )
-            for p in node.parents:
+        visited.add(id(root))
+        stack = [(root, _parents(root))]
+        while stack:
+            t, parents = stack[-1]
+            for p in parents:
                 if p is not None and id(p) not in visited:
-                    stack.append((p, False))
+                    visited.add(id(p))
+                    stack.append((p, _parents(p)))
+                    break
+            else:
+                stack.pop()
+                order.append(t)
     return order
 
 
-def backward(root: Tensor, gradient=None, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf), weighted by ``gradient``, into ``.grad`` of every leaf."""
-    if not root.requires_grad:
+def _parents(t: Tensor):
+    node = t._node
+    if node is None:
+        return iter(())
+    if node.released:
         raise GraphError(
-            "backward: this tensor does not require grad (no input of it had requires_grad=True, "
-            "or it was computed under no_grad())"
+            "backward: this graph was freed by an earlier backward(); pass "
+            "retain_graph=True to the first backward() to run backward through it again"
         )
-    explicit = gradient is not None
+    return iter(node.parents)
+
+
+def _seed(root: Tensor, gradient, fname: str, graph: bool = False):
+    """The gradient a pass starts ``root`` with: ones for a scalar, else ``gradient`` checked
+    (kept as a Tensor with its graph in a ``graph`` pass: forward mode by double VJP)."""
     if gradient is None:
         if root.data.size != 1:
             raise GraphError(
-                f"backward: the tensor has shape {root.shape}; backward() without a gradient "
+                f"{fname}: the tensor has shape {root.shape}; {fname}() without a gradient "
                 f"needs a single-element tensor, pass gradient= of shape {root.shape}"
             )
-        gradient = np.ones_like(root.data)
+        return np.ones_like(root.data)
+    if graph and isinstance(gradient, Tensor) and gradient.requires_grad:
+        g = gradient
     else:
-        gradient = np.asarray(gradient.data if isinstance(gradient, Tensor) else gradient)
-        if gradient.shape != root.shape:
-            raise ShapeError(
-                f"backward: gradient has shape {gradient.shape}, the tensor has shape {root.shape}"
-            )
-        if gradient.dtype != root.dtype:
-            raise DTypeError(
-                f"backward: gradient has dtype {gradient.dtype}, the tensor has dtype {root.dtype}"
-            )
-    order = toposort(root)
-    if _TRACING.active is not None:
-        _TRACING.active.record_backward(root, gradient if explicit else None, order)
-    grads: dict[int, np.ndarray] = {id(root): gradient}
-    for t in reversed(order):
-        g = grads.pop(id(t), None)
-        node = t._node
-        if node is None:
-            if g is not None:
-                t._accumulate(g)
-            continue
-        if t._retain and g is not None:
-            t._accumulate(g)
-        if g is not None:
-            input_grads = node.vjp(g)
-            if anomaly._Mode.enabled:
-                anomaly.check_backward(node, g, input_grads)
+        g = np.asarray(gradient.data if isinstance(gradient, Tensor) else gradient)
+    if g.shape != root.shape:
+        raise ShapeError(
+            f"{fname}: gradient has shape {g.shape}, the tensor has shape {root.shape}"
+        )
+    if g.dtype != root.dtype:
+        raise DTypeError(
+            f"{fname}: gradient has dtype {g.dtype}, the tensor has dtype {root.dtype}"
+        )
+    return g
+
+
+def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
+    """The backward pass from ``roots`` (seeded with ``seeds``): into the leaves' ``.grad``
+    (``targets`` None), or returned for the tensors in ``targets`` (a dict id -> slot).
+
+    With ``create_graph`` the rules run on Tensors with recording on, so every gradient is a
+    Tensor with a graph of its own; otherwise they run on arrays."""
+    order = toposort(*roots)
+    grads: dict[int, object] = {}
+    for r, g in zip(roots, seeds):
+        if create_graph and not isinstance(g, Tensor):
+            g = Tensor._make(g, None, False)
+        prev = grads.get(id(r))
+        grads[id(r)] = g if prev is None else prev + g
+    found: dict[int, object] = {}
+    mode = _GradMode.enabled
+    _GradMode.enabled = mode or create_graph  # a graph pass records the rules it runs
+    try:
+        for t in reversed(order):
+            g = grads.pop(id(t), None)
+            node = t._node
+            if g is None:
+                if node is not None and not retain_graph:
+                    node.release()
+                continue
+            if targets is None:
+                if node is None or t._retain:
+                    if create_graph:
+                        t._accumulate(g.data)
+                        t._grad_t = g if t._grad_t is None else t._grad_t + g
+                    else:
+                        t._accumulate(g)
+            elif id(t) in targets:
+                found[id(t)] = g
+            if node is None:
+                continue
+            if create_graph:
+                input_grads = node.vjp_graph(g, t)
+            else:
+                input_grads = node.vjp(g)
+                if anomaly._Mode.enabled:
+                    anomaly.check_backward(node, g, input_grads)
             for p, gp in zip(node.parents, input_grads):
                 if p is None or gp is None:
                     continue
                 k = id(p)
                 prev = grads.get(k)
                 grads[k] = gp if prev is None else prev + gp
-        if not retain_graph:
-            node.release()
+            if not retain_graph:
+                node.release()
+    finally:
+        _GradMode.enabled = mode
+    return found
+
+
+def backward(
+    root: Tensor, gradient=None, retain_graph: bool = False, create_graph: bool = False
+) -> None:
+    """Accumulate d(root)/d(leaf), weighted by ``gradient``, into ``.grad`` of every leaf
+    (and, with ``create_graph``, the differentiable gradient into ``.grad_tensor``)."""
+    if not root.requires_grad:
+        raise GraphError(
+            "backward: this tensor does not require grad (no input of it had requires_grad=True, "
+            "or it was computed under no_grad())"
+        )
+    explicit = gradient is not None
+    seed = _seed(root, gradient, "backward", create_graph)
+    if _TRACING.active is not None:
+        if create_graph:
+            from .plan import TraceError
+
+            raise TraceError(
+                "backward(create_graph=True) inside a compiled function: its leaf gradients "
+                "are side effects a plan cannot replay; compute them with "
+                "tg.gradients(loss, params, create_graph=True), which returns tensors"
+            )
+        _TRACING.active.record_backward(root, seed if explicit else None, toposort(root))
+    _pass([root], [seed], None, retain_graph or create_graph, create_graph)
+    if _TRACING.active is not None:
+        _TRACING.active.resnapshot()  # the leaves' new gradients are what replays produce
+
+
+def gradients(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple:
+    """Gradients of ``outputs`` (a Tensor or a sequence of them, summed) with respect to each of
+    ``inputs``, as Tensors, without touching any ``.grad``. ``grad_outputs`` weights each output
+    (required for non-scalar ones). With ``create_graph=True`` the gradients record their own
+    graph, so they can be differentiated again (higher derivatives). An input the outputs do not
+    depend on raises unless ``allow_unused=True`` (then its gradient is zeros).
+
+    Inside a compiled function the pass is always recorded, so the plan replays it."""
+    single_out = isinstance(outputs, Tensor)
+    outs = [outputs] if single_out else list(outputs)
+    ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, (Tensor, np.ndarray)):
+        grad_outputs = (
+            [grad_outputs] * len(outs) if single_out or grad_outputs is None else [grad_outputs]
+        )
+    if len(grad_outputs) != len(outs):
+        raise ValueError(f"gradients: {len(grad_outputs)} grad_outputs for {len(outs)} outputs")
+    for k, t in enumerate(ins):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"gradients: input {k} is a {type(t).__name__}, expected a Tensor")
+    graph = create_graph or _TRACING.active is not None  # a traced pass must be recorded
+    roots, seeds = [], []
+    for o, go in zip(outs, grad_outputs):
+        if not isinstance(o, Tensor):
+            raise TypeError(f"gradients: an output is a {type(o).__name__}, expected a Tensor")
+        if o.requires_grad:
+            roots.append(o)
+            seeds.append(_seed(o, go, "gradients", graph))
+    targets = {id(t): k for k, t in enumerate(ins)}
+    found = (
+        _pass(roots, seeds, targets, create_graph if retain_graph is None else retain_graph, graph)
+        if roots
+        else {}
+    )
+    result = []
+    for k, t in enumerate(ins):
+        g = found.get(id(t))
+        if g is None:
+            if not allow_unused:
+                raise GraphError(
+                    f"gradients: the outputs do not depend on input {k} (shape {t.shape}); "
+                    f"pass allow_unused=True for a zero gradient"
+                )
+            g = np.zeros_like(t.data)
+        if not isinstance(g, Tensor):
+            g = Tensor._make(np.asarray(g), None, False)
+        result.append(g)
+    return tuple(result)
 
 
 registry._engine_apply = apply
+registry._Tensor = Tensor

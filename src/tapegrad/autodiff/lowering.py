@@ -227,31 +227,6 @@ def _binary(eq, xs, like):
     return Lowered(out, fwd, vjps)
 
 
-@lowering("pow")
-def _pow(eq, xs, like):
-    x, y = xs
-    out = _buf_in_layout(like)
-    full, full2 = _buf(like), _buf(like)
-    ym1 = np.empty(y.shape, like.dtype)
-    safe_x = np.empty(x.shape, like.dtype)
-    ub = [make_unbroadcast(like.shape, a.shape, like.dtype) for a in (x, y)]
-
-    def vjp_x(g):  # g * y * x ** (y - 1), in the eager rule's order
-        np.multiply(g, y, out=full)
-        np.subtract(y, 1, out=ym1)
-        np.power(x, ym1, out=full2)
-        return ub[0](np.multiply(full, full2, out=full))
-
-    def vjp_y(g):  # g * out * log(x where x > 0 else 1)
-        np.multiply(g, out, out=full2)
-        np.copyto(safe_x, x)
-        safe_x[x <= 0] = 1
-        np.log(safe_x, out=safe_x)
-        return ub[1](np.multiply(full2, safe_x, out=full2))
-
-    return Lowered(out, lambda: np.power(x, y, out=out), [vjp_x, vjp_y])
-
-
 @lowering("neg", "exp", "tanh", "relu", "sigmoid")
 def _unary(eq, xs, like):
     (x,) = xs

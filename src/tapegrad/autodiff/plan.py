@@ -14,11 +14,31 @@ tapegrad operations are constants of the plan. Python control flow on a traced v
 (``if loss > 0``, ``loss.item()``) cannot be replayed and raises :class:`TraceError` while
 tracing. The tensors a compiled function returns are views of the plan's buffers: the next
 call overwrites them (copy what you keep).
+
+A plan never replays stale state or silently skips work:
+
+* **Guards.** Each plan remembers what it was traced under: the train/eval mode and the
+  parameter and sub-module objects of every module called, and the Python values the function
+  reads from its closure and globals (and those of helper functions of the same module). A
+  replay first checks them; on a change the function is traced again (up to
+  ``MAX_PLANS`` plans are kept per input signature, so switching train/eval back and forth
+  costs nothing after the first time). :attr:`CompiledFunction.retraces` says why each re-trace
+  happened.
+* **Refusals at trace time** (:class:`TraceError`, with what to write instead): arrays of
+  tensors the plan reads (parameters) or their ``.grad`` changed outside tapegrad operations
+  and recorded effects (``p.data -= lr * p.grad``, NumPy clipping); random draws from NumPy's
+  global generator or from a ``Generator`` the step reaches directly (use tapegrad's random
+  operations, which every replay draws afresh); ``global``/``nonlocal`` assignments in the
+  function. Optimiser steps, ``zero_grad``, gradient clipping and anything wrapped in
+  :func:`effect` are recorded and replayed.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
+import types
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -81,6 +101,56 @@ class Trace:
         self.n_vars = 0
         self.inputs: list[int] = []
         self.made_inside: set[int] = set()  # ids of tensors constructed while tracing
+        # What a replay must find unchanged (see the module docstring): state functions of the
+        # objects the step used (modules), and snapshots of the tensors it reads live.
+        self.guards: dict[int, tuple] = {}  # id(owner) -> (state_fn, state, what)
+        self.watched: dict[int, tuple] = {}  # id(tensor) -> _snapshot(tensor)
+        self.rngs: dict[int, tuple] = {}  # id(generator) -> (generator, state before)
+        self.rngs_of_ops: set[int] = set()  # generators tapegrad operations drew from
+
+    # -- what replays depend on ------------------------------------------------------------
+    def guard(self, owner, state_fn: Callable[[], tuple], explain: Callable[[tuple], str]):
+        """Record ``state_fn()`` (compared by identity, numbers by value) as a condition of
+        replaying the plan; ``explain(old_state)`` says what changed when it no longer holds.
+        Modules call this with their train/eval mode and parameter objects."""
+        if id(owner) not in self.guards:
+            self.guards[id(owner)] = (state_fn, state_fn(), explain)  # state_fn keeps owner
+            for v in vars(owner).values():
+                if isinstance(v, np.random.Generator):
+                    self.note_rng(v)
+
+    def note_rng(self, gen: np.random.Generator) -> None:
+        if id(gen) not in self.rngs:
+            self.rngs[id(gen)] = (gen, gen.bit_generator.state)
+
+    def watch(self, t: Tensor) -> None:
+        if id(t) not in self.watched:
+            self.watched[id(t)] = _snapshot(t)
+
+    def resnapshot(self) -> None:
+        """After a recorded change (backward, an effect): the new state is the expected one."""
+        for k, w in self.watched.items():
+            self.watched[k] = _snapshot(w[0])
+
+    def check_untouched(self, where: str) -> None:
+        """Refuse changes to live-read tensors that no replay would repeat."""
+        for t, data, data0, g, g0 in self.watched.values():
+            what = f"{type(t).__name__} of shape {t.data.shape}"
+            if t.data is not data or t.data.tobytes() != data0:
+                raise TraceError(
+                    f"compile: the array of a {what} that the step reads was changed outside "
+                    f"tapegrad operations while tracing ({where}), e.g. `p.data -= lr * p.grad`: "
+                    f"a plan replays only tapegrad operations and recorded effects, so that "
+                    f"change would happen once. Update parameters with an optimizer from "
+                    f"tapegrad.optim, or wrap the update in tg.effect(fn), which every replay runs"
+                )
+            if t._grad is not g or (g is not None and g.tobytes() != g0):
+                raise TraceError(
+                    f"compile: the gradient (.grad) of a {what} was changed outside tapegrad "
+                    f"operations while tracing ({where}), e.g. clipped or scaled with NumPy: a "
+                    f"plan would not repeat that. Use tapegrad.optim.clip_grad_norm_ / "
+                    f"clip_grad_value_ (replayed), or wrap the change in tg.effect(fn)"
+                )
 
     def new_var(self, t: Tensor) -> int:
         v = self.n_vars
@@ -99,6 +169,7 @@ class Trace:
             if v is not None:
                 return (VAR, v)
             if id(arg) not in self.made_inside:
+                self.watch(arg)
                 return (EXT, arg)  # a parameter or a tensor captured from outside: read live
             array = arg.data  # made while tracing: a view of a traced array, or a constant
         v = self.var_of_data.get(id(array))
@@ -108,6 +179,9 @@ class Trace:
 
     def record_eq(self, prim, args, arrays, attrs, result: Tensor, parents) -> None:
         ins = [self.ref(a, arr) for a, arr in zip(args, arrays)]
+        for v in attrs.values():
+            if isinstance(v, np.random.Generator):
+                self.rngs_of_ops.add(id(v))  # a random operation: replays draw afresh
         needs = tuple(p is not None for p in parents) if parents else (False,) * len(ins)
         out = self.new_var(result)
         self.events.append(Eq(prim, ins, attrs, out, needs))
@@ -115,6 +189,7 @@ class Trace:
     def record_backward(self, root: Tensor, gradient, order: list[Tensor]) -> None:
         if id(root) not in self.var_of:
             raise TraceError("backward() of a tensor computed outside the compiled function")
+        self.check_untouched("before backward()")
         items = []
         for t in reversed(order):
             v = self.var_of.get(id(t))
@@ -125,21 +200,144 @@ class Trace:
         self.events.append(Call(fn))
 
 
-def effect(fn: Callable[[], object]):
+def effect(fn: Callable[[], object], name: str | None = None):
     """Run ``fn`` now and, while tracing, record it so every replay runs it at this point.
 
-    Optimisers wrap ``step`` and ``zero_grad`` with this, which is what lets a compiled
-    training step contain them.
+    Optimisers wrap ``step`` and ``zero_grad`` with this, and so does gradient clipping, which
+    is what lets a compiled training step contain them. Wrap any other update a step makes to
+    arrays outside tapegrad operations (a hand-written parameter update, a counter) the same
+    way: ``tg.effect(lambda: sgd_update(params))``. What ``fn`` returns is returned now only.
+    ``name`` names the effect in messages (default: ``fn``'s name).
     """
     trace = _tensor_mod._TRACING.active
     if trace is None:
         return fn()
+    trace.check_untouched(f"before {name or getattr(fn, '__qualname__', 'an effect')}")
     trace.record_call(fn)
     _tensor_mod._TRACING.active = None  # an effect is opaque: nothing inside it is traced
     try:
         return fn()
     finally:
         _tensor_mod._TRACING.active = trace
+        trace.resnapshot()
+
+
+def _snapshot(t: Tensor) -> tuple:
+    g = t._grad
+    return (t, t.data, t.data.tobytes(), g, None if g is None else g.tobytes())
+
+
+# -- what a traced function reads and writes outside tapegrad ---------------------------------
+_MISSING = object()
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), np.generic)
+
+
+def _same(a, b) -> bool:
+    """Identity, or equal plain values (numbers, strings; NaN equals NaN), elementwise in
+    tuples: how guards compare what a plan was traced under with what a call finds."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, _PLAIN):
+        return bool(a == b) or (a != a and b != b)
+    return False
+
+
+def _code_objects(code: types.CodeType):
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _code_objects(c)
+
+
+def _captured(fn) -> list[tuple[str, Callable[[], object]]]:
+    """(name, getter) of every closure variable and global that ``fn`` reads, and those of
+    the plain Python functions of its own module that it reaches that way (helpers)."""
+    out: list = []
+    seen: set[int] = set()
+
+    def visit(f, depth):
+        f = getattr(f, "__func__", f)  # bound methods
+        code = getattr(f, "__code__", None)
+        if code is None or id(f) in seen or depth > 3:
+            return
+        seen.add(id(f))
+        globs = f.__globals__
+        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
+            out.append((f"the closure variable {name!r} of {f.__qualname__}", _cell_getter(cell)))
+            _follow(_cell_value(cell), globs, depth)
+        names = {n for c in _code_objects(code) for n in c.co_names if n in globs}
+        for name in sorted(names):
+            value = globs[name]
+            if isinstance(value, types.ModuleType):
+                continue
+            out.append((f"the global {name!r} of {f.__qualname__}", _global_getter(globs, name)))
+            _follow(value, globs, depth)
+
+    def _follow(value, globs, depth):
+        if isinstance(value, types.FunctionType) and value.__globals__ is globs:
+            visit(value, depth + 1)
+
+    visit(fn, 0)
+    return out
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
+
+
+def _cell_getter(cell):
+    return lambda: _cell_value(cell)
+
+
+def _global_getter(globs, name):
+    return lambda: globs.get(name, _MISSING)
+
+
+def _check_assignments(fn) -> None:
+    """Refuse ``global``/``nonlocal`` assignments: a replay would not repeat them."""
+    f = getattr(fn, "__func__", fn)
+    code = getattr(f, "__code__", None)
+    if code is None:
+        return
+    for c in _code_objects(code):
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") or (
+                ins.opname == "STORE_DEREF" and ins.argval in c.co_freevars
+            ):
+                kind = "global" if "GLOBAL" in ins.opname else "nonlocal"
+                raise TraceError(
+                    f"compile: {f.__qualname__} assigns the {kind} variable {ins.argval!r}; a "
+                    f"plan replays only tapegrad operations and recorded effects, so that "
+                    f"assignment would run once. Keep such state outside the compiled function "
+                    f"(return the value), or wrap the update in tg.effect(fn)"
+                )
+
+
+def _state_equal(a, b) -> bool:
+    """Generator states: dicts of numbers and (for MT19937) arrays."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_state_equal(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def _rng_draws(trace: Trace, legacy_before) -> str | None:
+    """Which generator the step drew from outside tapegrad's random operations, if any."""
+    after = np.random.get_state()  # noqa: NPY002 (watching the legacy generator)
+    if after[2] != legacy_before[2] or not np.array_equal(after[1], legacy_before[1]):
+        return "NumPy's global generator (np.random.randn, np.random.rand, ...)"
+    for k, (gen, state) in trace.rngs.items():
+        if k not in trace.rngs_of_ops and not _state_equal(gen.bit_generator.state, state):
+            return f"a {type(gen).__name__} the step holds"
+    return None
 
 
 def reduce_gradients(fn: Callable[[np.ndarray], object], loss: Tensor) -> None:
@@ -158,12 +356,14 @@ def reduce_gradients(fn: Callable[[np.ndarray], object], loss: Tensor) -> None:
         return
     if id(loss) not in trace.var_of:
         raise TraceError("reduce_gradients: the loss was computed outside the compiled function")
+    trace.check_untouched("before the gradient reduction")
     trace.events.append(Reduce(fn, trace.var_of[id(loss)]))
     _tensor_mod._TRACING.active = None
     try:
         fn(loss.data)
     finally:
         _tensor_mod._TRACING.active = trace
+        trace.resnapshot()  # a recorded change, like an effect's: every replay reduces here
 
 
 def _signature(args) -> tuple:
@@ -185,8 +385,21 @@ def _signature(args) -> tuple:
     return tuple(key)
 
 
-class _Stale(Exception):
-    """A parameter's array was replaced since the plan was built: trace again."""
+class _Guards:
+    epoch = 0  # bumped whenever a guarded object may have changed (see state_changed)
+
+
+def state_changed() -> None:
+    """Say that an object plans guard on (a module: its mode, parameters, sub-modules) may have
+    changed: the next replay re-checks those guards. Until then a replay skips them, which keeps
+    the check out of the steady-state step."""
+    _Guards.epoch += 1
+
+
+MAX_PLANS = 8
+"""Plans kept per input signature (one per train/eval mode, say); the oldest goes first."""
+RETRACE_WARNING = 10
+"""Re-traces of one function after which a warning says that tracing keeps repeating."""
 
 
 class Plan:
@@ -198,8 +411,10 @@ class Plan:
     receives gradients from several places, an accumulation buffer.
     """
 
-    def __init__(self, trace: Trace, input_tensors: list[Tensor], outputs):
-
+    def __init__(self, trace: Trace, input_tensors: list[Tensor], outputs, captured=()):
+        self.guards = list(trace.guards.values())
+        self.epoch = _Guards.epoch
+        self.captured = [(what, get, get()) for what, get in captured]
         self.inputs = input_tensors
         self.out_spec = outputs
         n = trace.n_vars
@@ -531,10 +746,26 @@ class Plan:
         return step
 
     # -- replay --------------------------------------------------------------------------------
-    def run(self, args):
+    def stale(self) -> str | None:
+        """What changed since tracing that this plan depends on, or None (see the guards in
+        the module docstring)."""
+        if self.epoch != _Guards.epoch:
+            for state_fn, state, explain in self.guards:
+                if not _same(state_fn(), state):
+                    return explain(state)
+            self.epoch = _Guards.epoch
+        for what, get, value in self.captured:
+            now = get()
+            if now is not value and not _same(now, value):
+                if isinstance(value, _PLAIN) and isinstance(now, _PLAIN):
+                    return f"{what} changed from {value!r} to {now!r}"
+                return f"{what} now refers to another object"
         for t, a in self.ext_arrays:
             if t.data is not a:
-                raise _Stale
+                return f"the array of a {type(t).__name__} of shape {t.data.shape} was replaced"
+        return None
+
+    def run(self, args):
         inputs = iter(self.input_vals)
         for a in args:
             if isinstance(a, Tensor):
@@ -590,26 +821,51 @@ def _unflatten(spec, plan: Plan):
 
 
 class CompiledFunction:
-    """``fn`` with one plan per input signature; see :func:`compile`."""
+    """``fn`` with its plans, up to ``MAX_PLANS`` per input signature; see :func:`compile`.
+
+    ``retraces`` lists why ``fn`` was traced again for a signature it had a plan for.
+    """
 
     def __init__(self, fn: Callable):
         self.fn = fn
-        self.plans: dict[tuple, Plan] = {}
+        self.plans: dict[tuple, list[Plan]] = {}
+        self.retraces: list[str] = []
+        self._warned = False
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args):
         key = _signature(args)
-        plan = self.plans.get(key)
-        if plan is not None:
-            try:
+        plans = self.plans.get(key)
+        if plans:
+            plan = plans[-1]  # the newest plan is the one the last call used (usually)
+            reason = plan.stale()
+            if reason is None:
                 return plan.run(args)
-            except _Stale:
-                del self.plans[key]  # a parameter array was replaced: trace anew
+            for other in plans[:-1]:
+                if other.stale() is None:
+                    plans.remove(other)
+                    plans.append(other)
+                    return other.run(args)
+            self._note_retrace(reason)
         return self._trace(key, args)
+
+    def _note_retrace(self, reason: str) -> None:
+        self.retraces.append(reason)
+        if len(self.retraces) >= RETRACE_WARNING and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"compile: {getattr(self.fn, '__qualname__', 'the function')} was traced again "
+                f"{len(self.retraces)} times, last because {reason}; each trace runs the step "
+                f"slowly and builds a new plan. Pass values that change every call as array "
+                f"arguments",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _trace(self, key, args):
         if _tensor_mod._TRACING.active is not None:
             raise TraceError("compile: a compiled function called while another is tracing")
+        _check_assignments(self.fn)
         trace = Trace()
         call_args, inputs = [], []
         for k, a in enumerate(args):
@@ -628,13 +884,35 @@ class CompiledFunction:
                 call_args.append(t)
             else:
                 call_args.append(a)
+        captured = _captured(self.fn)
+        for _, get in captured:
+            value = get()
+            if isinstance(value, np.random.Generator):
+                trace.note_rng(value)
+        legacy = np.random.get_state()  # noqa: NPY002
         _tensor_mod._TRACING.active = trace
         try:
             out = self.fn(*call_args)
         finally:
             _tensor_mod._TRACING.active = None
-        self.plans[key] = Plan(trace, inputs, _flatten_outputs(out, trace))
+        trace.check_untouched("after the function returned")
+        drawn = _rng_draws(trace, legacy)
+        if drawn is not None:
+            raise TraceError(
+                f"compile: the step drew random numbers from {drawn} while tracing; a plan "
+                f"would replay that one draw on every call. Draw with tapegrad's random "
+                f"operations, which every replay draws afresh: tg.randn_like(x, rng=gen), "
+                f"tg.rand_like, tg.randn(shape, rng=gen), nn.functional.dropout"
+            )
+        plans = self.plans.setdefault(key, [])
+        plans.append(Plan(trace, inputs, _flatten_outputs(out, trace), captured))
+        del plans[:-MAX_PLANS]
         return out
+
+    @property
+    def all_plans(self) -> list[Plan]:
+        """Every plan, in the order of their signatures' first calls."""
+        return [plan for plans in self.plans.values() for plan in plans]
 
     def clear(self) -> None:
         """Forget every plan (they are rebuilt on the next calls)."""

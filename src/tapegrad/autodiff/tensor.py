@@ -52,7 +52,7 @@ class Tensor:
     (an ndarray of the same shape and dtype). Only float tensors can require grad.
     """
 
-    __slots__ = ("data", "_grad", "requires_grad", "_node", "_retain", "__weakref__")
+    __slots__ = ("data", "_grad", "_grad_t", "requires_grad", "_node", "_retain", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
 
     def __init__(self, data, requires_grad: bool = False, dtype=None):
@@ -60,6 +60,7 @@ class Tensor:
         if requires_grad and self.data.dtype.kind != "f":
             raise TypeError(f"only float tensors can require grad, got dtype {self.data.dtype}")
         self._grad = None
+        self._grad_t = None
         self.requires_grad = bool(requires_grad)
         self._node = None
         self._retain = False
@@ -71,6 +72,7 @@ class Tensor:
         t = object.__new__(cls)
         t.data = data
         t._grad = None
+        t._grad_t = None
         t.requires_grad = requires_grad
         t._node = node
         t._retain = False
@@ -84,7 +86,15 @@ class Tensor:
     is_leaf = property(lambda self: self._node is None)
 
     def __len__(self) -> int:
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
         return len(self.data)
+
+    def __iter__(self):
+        """The sub-tensors along the first axis (each ``self[i]``, differentiable)."""
+        if self.data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(len(self.data)))
 
     def numpy(self) -> np.ndarray:
         """The value as an ndarray (shared, not copied)."""
@@ -123,6 +133,7 @@ class Tensor:
 
     @grad.setter
     def grad(self, value) -> None:
+        self._grad_t = None
         trace = _TRACING.active
         if trace is not None:
             if value is not None:
@@ -132,17 +143,33 @@ class Tensor:
                     "assigning an array to .grad inside a compiled function cannot "
                     "be replayed; clear gradients with zero_grad() or .grad = None"
                 )
-            trace.record_call(lambda: setattr(self, "_grad", None))
+            from .plan import effect
+
+            effect(lambda: setattr(self, "_grad", None), ".grad = None")
+            return
         self._grad = value
 
     def zero_grad(self) -> None:
         self.grad = None
 
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
-        """Accumulate gradients of this tensor into ``.grad`` of the leaves it depends on."""
+    def backward(
+        self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False
+    ) -> None:
+        """Accumulate gradients of this tensor into ``.grad`` of the leaves it depends on.
+
+        With ``create_graph=True`` the gradients are computed with recorded operations, so they
+        can be differentiated again: each leaf's :attr:`grad_tensor` then holds its gradient as a
+        Tensor with a graph (``.grad`` keeps the values), and the graph is retained."""
         from .graph import backward
 
-        backward(self, gradient, retain_graph)
+        retain = create_graph if retain_graph is None else retain_graph
+        backward(self, gradient, retain, create_graph)
+
+    @property
+    def grad_tensor(self):
+        """The gradient accumulated by ``backward(create_graph=True)`` as a Tensor that records
+        how it was computed (differentiate it again), or None."""
+        return self._grad_t
 
     def _accumulate(self, g: np.ndarray) -> None:
         if self._grad is None:

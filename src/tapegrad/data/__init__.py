@@ -22,7 +22,7 @@ from .paths import (
     sha256_file,
     verify_checksum,
 )
-from .text import PAD, UNK, TextDataset, Vocab, imdb, pad_sequences, tokenize
+from .text import PAD, STOPWORDS, UNK, TextDataset, Vocab, imdb, pad_sequences, tokenize
 from .vision import FASHION_CLASSES, MNIST_CLASSES, ImageDataset, Split, fashion_mnist, mnist
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "read_idx",
     "parse_idx",
     "tokenize",
+    "STOPWORDS",
     "pad_sequences",
     "Vocab",
     "PAD",

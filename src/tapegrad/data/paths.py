@@ -3,7 +3,9 @@
 Resolution order (first place that holds *all* requested files wins, so files of one dataset are
 never mixed from two places):
 
-1. an explicit ``data_dir`` (``data_dir/<subdir>/`` then ``data_dir/`` itself);
+1. an explicit ``data_dir`` (``data_dir/<subdir>/`` then ``data_dir/`` itself), which is then
+   the only place searched: naming a folder that lacks the files is an error, never a silent
+   fallback to the places below (nor a download);
 2. ``$TAPEGRAD_DATA/<subdir>/`` (the layout of the shared data folder: ``mnist/``,
    ``fashion-mnist/``, ``imdb/``, ``glove/``);
 3. the user cache ``$XDG_CACHE_HOME/tapegrad/<subdir>/`` (default ``~/.cache/tapegrad``);
@@ -35,6 +37,8 @@ PathLike = str | os.PathLike
 
 ENV_DATA = "TAPEGRAD_DATA"
 ENV_OFFLINE = "TAPEGRAD_OFFLINE"
+#: How the not-found messages name the explicit folder; the CLI sets "--data-dir DIR".
+DATA_DIR_OPTION = "data_dir="
 #: Debian's dataset root; a module attribute so tests can point it elsewhere.
 DEBIAN_DATASETS = Path("/usr/share/datasets")
 
@@ -182,9 +186,9 @@ def _info(name: str) -> DatasetInfo:
 def _locations(info: DatasetInfo, data_dir: PathLike | None) -> list[tuple[str, Path]]:
     """(label, folder) pairs in search order; labels appear in the not-found message."""
     places: list[tuple[str, Path]] = []
-    if data_dir is not None:
+    if data_dir is not None:  # an explicit folder is used alone
         root = Path(data_dir).expanduser()
-        places += [("data_dir", root / info.subdir), ("data_dir", root)]
+        return [("data_dir", root / info.subdir), ("data_dir", root)]
     env = os.environ.get(ENV_DATA)
     if env:
         places.append((f"${ENV_DATA}", Path(env).expanduser() / info.subdir))
@@ -236,6 +240,20 @@ def resolve(
             return found
 
     cache = cache_dir() / info.subdir
+    if data_dir is not None:
+        root = Path(data_dir).expanduser()
+        state = (
+            "does not exist"
+            if not root.exists()
+            else ("is not a folder" if not root.is_dir() else "lacks them")
+        )
+        hint = DATA_DIR_OPTION.split()[0].rstrip("=")
+        raise DatasetNotFoundError(
+            f"{name}: could not find {_describe_wanted(wanted)} in {root / info.subdir}/ or "
+            f"{root}/: {root} {state}. A folder given with {hint} is the only place searched; "
+            f"put the file(s) there, or leave it out to use ${ENV_DATA}/{info.subdir}/, "
+            f"{cache}/ or a download"
+        )
     note = ""
     allowed = downloads_enabled() if download is None else download
     if not allowed:
@@ -260,7 +278,7 @@ def resolve(
     searched = ", ".join(f"{folder} ({label})" for label, folder in places)
     raise DatasetNotFoundError(
         f"{name}: could not find {_describe_wanted(wanted)}; searched {searched}; {note}. "
-        f"Put the file(s) in {cache}/ or in ${ENV_DATA}/{info.subdir}/, or pass data_dir="
+        f"Put the file(s) in {cache}/ or in ${ENV_DATA}/{info.subdir}/, or pass {DATA_DIR_OPTION}"
     )
 
 

@@ -13,12 +13,19 @@ not kept, so memory does not grow with their number.
 Preprocessing (see :func:`tokenize`): lower-case; ``<br />`` tags become spaces; tokens are the
 maximal runs of Unicode letters and digits (regex ``[^\\W_]+``), so punctuation, apostrophes and
 underscores split words (``"don't"`` -> ``don``, ``t``, as GloVe's vocabulary expects).
+Optionally (``stopwords=``) the tokens in a given set are dropped before anything else;
+:data:`STOPWORDS` is tapegrad's list of English function words, negations left out of it.
 The vocabulary comes from the training split only: id 0 is padding ``<pad>``, id 1 unknown
 ``<unk>``, then the ``vocab_size - 2`` most frequent training words (ties broken alphabetically),
-so every id is below ``vocab_size``. Each review becomes exactly ``maxlen`` ids: by default the
-*last* ``maxlen`` tokens are kept and short reviews are padded with zeros at the *front*
-(``truncating="pre"``, ``padding="pre"``; both take ``"post"`` for the other end).
+so every id is below ``vocab_size``. A word outside the vocabulary becomes ``<unk>``
+(``oov="unk"``) or is left out (``oov="drop"``). Each review becomes exactly ``maxlen`` ids: by
+default the *last* ``maxlen`` tokens are kept and short reviews are padded with zeros at the
+*front* (``truncating="pre"``, ``padding="pre"``; both take ``"post"`` for the other end).
 Within a split, reviews are ordered negative then positive, each by file id.
+
+Why a window needs this: an IMDB review runs to about 230 tokens and half of them are function
+words, so the text CNN's 130-token window sees half a review; with the function words and
+out-of-vocabulary words left out, the same window holds most of one (see ``models.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +58,26 @@ _MAX_TAR_BYTES = 1 << 31  # decompressed; the full official archive is about a q
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _WORD = re.compile(r"[^\W_]+")
 _ASCII_WORD = re.compile(r"[a-z0-9]+")  # the same matches as _WORD on lower-cased ASCII, faster
+
+
+# English closed-class words: articles, pronouns, auxiliaries, prepositions, conjunctions and the
+# pieces contractions leave ("it's" -> "it", "s"). Kept out of it on purpose, because they carry
+# sentiment or turn it: no, not, nor, never, but, very, too, only, more, most, few, and the
+# first halves of negated contractions ("don", "didn", "isn", ...).
+STOPWORDS: frozenset[str] = frozenset(
+    """
+    a an the this that these those some any each both all such own same other
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves
+    what which who whom when where why how here there then once than so if because as until while
+    am is are was were be been being have has had having do does did doing
+    will would should can could
+    of at by for with about against between into through during before after above below to from
+    up down in out on off over under again further and or just also
+    s t d ll m re ve y
+    """.split()
+)
+OOV_RULES = ("unk", "drop")
 
 
 def tokenize(text: str) -> list[str]:
@@ -91,11 +118,19 @@ class Vocab:
     def __getitem__(self, word: str) -> int:
         return self.word_to_id.get(word, UNK)
 
-    def encode(self, text: str | Sequence[str]) -> np.ndarray:
-        """Ids (int32) of a text (tokenized with :func:`tokenize`) or of a token list."""
+    def encode(self, text: str | Sequence[str], oov: str = "unk") -> np.ndarray:
+        """Ids (int32) of a text (tokenized with :func:`tokenize`) or of a token list; words
+        outside the vocabulary become ``<unk>`` (``oov="unk"``) or are left out (``"drop"``)."""
+        _check_choice("Vocab.encode", "oov", oov, OOV_RULES)
         toks = tokenize(text) if isinstance(text, str) else text
+        return np.array(self.ids(toks, oov), dtype=np.int32)
+
+    def ids(self, tokens: Iterable[str], oov: str = "unk") -> list[int]:
+        """The ids of ``tokens`` as a list, under the ``oov`` rule of :meth:`encode`."""
         get = self.word_to_id.get
-        return np.fromiter((get(t, UNK) for t in toks), dtype=np.int32, count=len(toks))
+        if oov == "drop":
+            return [i for i in (get(t) for t in tokens) if i is not None]
+        return [get(t, UNK) for t in tokens]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Space-joined words of ``ids``, padding left out."""
@@ -267,13 +302,18 @@ def read_reviews(source: PathLike) -> dict[str, tuple[list[str], np.ndarray]]:
     return out
 
 
+def _check_choice(where: str, arg: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        options = " or ".join(repr(a) for a in allowed)
+        raise ValueError(f"{where}: {arg} must be {options}, got {value!r}")
+
+
 def pad_sequences(
     seqs: Sequence[Sequence[int]], maxlen: int, padding: str = "pre", truncating: str = "pre"
 ) -> np.ndarray:
     """An int32 (len(seqs), maxlen) array; ``"pre"`` pads/cuts at the front, ``"post"`` the end."""
     for arg, value in (("padding", padding), ("truncating", truncating)):
-        if value not in ("pre", "post"):
-            raise ValueError(f"pad_sequences: {arg} must be 'pre' or 'post', got {value!r}")
+        _check_choice("pad_sequences", arg, value, ("pre", "post"))
     out = np.zeros((len(seqs), maxlen), dtype=np.int32)
     for i, s in enumerate(seqs):
         s = s[-maxlen:] if truncating == "pre" else s[:maxlen]
@@ -306,12 +346,17 @@ def imdb(
     *,
     padding: str = "pre",
     truncating: str = "pre",
+    stopwords: Iterable[str] = (),
+    oov: str = "unk",
     download: bool | None = None,
 ) -> TextDataset:
     """IMDB reviews as padded id matrices, with the training-split vocabulary.
 
     ``data_dir`` holds ``aclImdb/`` or one of the tarballs, directly or in an ``imdb/`` subfolder.
     ``vocab_size`` counts all ids including ``<pad>`` and ``<unk>`` (ids are < ``vocab_size``).
+    ``stopwords``: tokens left out of every review before the vocabulary is counted (e.g.
+    :data:`STOPWORDS`). ``oov``: ``"unk"`` maps words outside the vocabulary to ``<unk>``,
+    ``"drop"`` leaves them out, so the ``maxlen`` window holds only vocabulary words.
     With ``cache=True`` the arrays are stored as ``.npz`` in the user cache, keyed by the
     source's size and modification time and by the parameters, and reused on the next call.
     """
@@ -320,8 +365,11 @@ def imdb(
     if vocab_size < 2:
         raise ValueError(f"imdb: vocab_size must be >= 2 (<pad> and <unk>), got {vocab_size}")
     for arg, value in (("padding", padding), ("truncating", truncating)):
-        if value not in ("pre", "post"):
-            raise ValueError(f"imdb: {arg} must be 'pre' or 'post', got {value!r}")
+        _check_choice("imdb", arg, value, ("pre", "post"))
+    _check_choice("imdb", "oov", oov, OOV_RULES)
+    if isinstance(stopwords, str):
+        raise TypeError("imdb: stopwords must be a collection of words, not one string")
+    stop = frozenset(stopwords)
     (source,) = resolve("imdb", [IMDB_SOURCES], data_dir, download=download)
 
     key = {
@@ -332,10 +380,13 @@ def imdb(
         "truncating": truncating,
         "version": _FORMAT_VERSION,
     }
+    if stop or oov != "unk":  # keys of the default settings stay as they were
+        key["stopwords"] = _cache.hash_strings(sorted(stop))
+        key["oov"] = oov
     path = _cache.cache_path("imdb", key) if cache else None
     arrays = _cache.load(path) if path is not None else None
     if arrays is None:
-        arrays = _build(source, maxlen, vocab_size, padding, truncating)
+        arrays = _build(source, maxlen, vocab_size, padding, truncating, stop, oov)
         if path is not None:
             try:
                 _cache.save(path, arrays)
@@ -350,16 +401,24 @@ def imdb(
 
 
 def _build(
-    source: Path, maxlen: int, vocab_size: int, padding: str, truncating: str
+    source: Path,
+    maxlen: int,
+    vocab_size: int,
+    padding: str,
+    truncating: str,
+    stopwords: frozenset[str],
+    oov: str,
 ) -> dict[str, np.ndarray]:
     verify_checksum(source)
     reviews = read_reviews(source)
-    tokens = {split: [tokenize(t) for t in texts] for split, (texts, _) in reviews.items()}
+    tokens = {
+        split: [[t for t in tokenize(x) if t not in stopwords] for x in texts]
+        for split, (texts, _) in reviews.items()
+    }
     vocab = Vocab.build(tokens["train"], vocab_size)
-    get = vocab.word_to_id.get
     arrays: dict[str, np.ndarray] = {}
     for split in ("train", "test"):
-        ids = [[get(t, UNK) for t in toks] for toks in tokens[split]]
+        ids = [vocab.ids(toks, oov) for toks in tokens[split]]
         arrays[f"x_{split}"] = pad_sequences(ids, maxlen, padding, truncating)
         arrays[f"y_{split}"] = reviews[split][1]
     arrays["vocab"] = np.array(vocab.id_to_word, dtype=str)

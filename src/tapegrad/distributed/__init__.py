@@ -288,8 +288,9 @@ def fingerprint(*arrays: np.ndarray) -> str:
 class GradientAverager:
     """Averages parameter gradients across ranks with one in-place allreduce per step.
 
-    It owns one flat, preallocated buffer: every parameter's gradient is a view of it, plus one
-    last slot for the step's loss. A compiled plan that finds it (see
+    It owns one flat, preallocated buffer: every parameter's gradient is a view of it (the first
+    :attr:`n_grad` elements), then one slot for stop requests and a last one for the step's
+    loss. A compiled plan that finds it (see
     ``tapegrad.autodiff.plan.reduce_gradients``) accumulates gradients straight into those
     views, so a step copies nothing; in eager mode gradients are copied in first. Every slot
     is scaled by :attr:`weight`, this rank's share of the global batch (``n_local /
@@ -298,6 +299,10 @@ class GradientAverager:
     non-finite loss on any rank is seen by all. A caller that seeds the backward pass with
     :attr:`seed` (``loss.backward(averager.seed)``, a 0-d array holding the weight) gets the
     gradients scaled for free and sets :attr:`seeded` so they are not scaled twice.
+
+    A rank that sets :attr:`asks_stop` before a step (a signal asked it to stop) has it summed
+    into the stop slot; afterwards :attr:`stop_requested` is true on every rank if any asked,
+    so all ranks can stop after the same step without a collective of their own.
     """
 
     def __init__(self, comm: SingleWorld, params: Sequence):
@@ -310,7 +315,8 @@ class GradientAverager:
             )
         dtype = dtypes.pop()
         total = sum(p.data.size for p in self.params)
-        self.flat = np.zeros(total + 1, dtype=dtype)
+        self.n_grad = total
+        self.flat = np.zeros(total + 2, dtype=dtype)
         self.views: list[np.ndarray] = []
         offset = 0
         for p in self.params:
@@ -320,6 +326,8 @@ class GradientAverager:
         self.seeded = False
         self.weight = 1.0 / comm.size
         self.loss = float("nan")
+        self.asks_stop = False
+        self.stop_requested = False
 
     @property
     def weight(self) -> float:
@@ -355,5 +363,7 @@ class GradientAverager:
             flat[-1] = loss
             if self._weight != 1.0:
                 np.multiply(flat, self._weight, out=flat)
+        flat[-2] = 1.0 if self.asks_stop else 0.0
         self.comm.allreduce(flat)
         self.loss = float(flat[-1])
+        self.stop_requested = bool(flat[-2] > 0)

@@ -89,7 +89,15 @@ def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
     with tempfile.TemporaryDirectory(prefix="tapegrad-ranks-") as pids:
         env = {**os.environ, **thread_env(threads), PID_DIR_VARIABLE: pids}
         cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "tapegrad", *argv]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1)
+        # mpiexec runs in a session of its own: a terminal's Ctrl-C (sent to the whole
+        # foreground process group) reaches this process alone, which hands mpiexec exactly
+        # one signal per signal received; mpiexec forwards it to every rank, and the ranks stop
+        # together after the same step (see Trainer). Signals not relayed would reach the
+        # ranks twice (directly and through mpiexec), the second of which stops at once.
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True
+        )
+        relay = {s: _relay_to(proc, s) for s in _RELAYED}
         dead_pid = exit_code = exit_string = None
         try:
             assert proc.stdout is not None
@@ -103,9 +111,13 @@ def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
                 elif m := _EXIT_STRING.search(line):
                     exit_string = m.group(1)
             rc = proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)  # mpiexec forwards it to every rank
-            rc = proc.wait()
+        finally:
+            for s, previous in relay.items():
+                if previous is not None:
+                    signal.signal(s, previous)
+            if proc.poll() is None:  # leaving on an error of our own: take the ranks along
+                proc.kill()
+                proc.wait()
         if rc != 0 and dead_pid is not None:
             rank = _rank_of(Path(pids), dead_pid)
             who = f"rank {rank} (pid {dead_pid})" if rank is not None else f"pid {dead_pid}"
@@ -122,6 +134,19 @@ def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
                 flush=True,
             )
     return rc if rc >= 0 else 128 - rc
+
+
+_RELAYED = (signal.SIGINT, signal.SIGTERM)
+
+
+def _relay_to(proc: subprocess.Popen, signum: int):
+    """Make ``signum`` sent to this process go to ``proc`` instead; the previous handler (None
+    outside the main thread, where handlers cannot be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, lambda s, frame: proc.send_signal(s))
 
 
 def _rank_of(folder: Path, pid: int) -> int | None:

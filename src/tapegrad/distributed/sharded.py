@@ -43,13 +43,13 @@ class ShardedStep:
             and type(optimizer).__module__.startswith("tapegrad.optim")
             and len(groups) == 1
             and [id(p) for p in groups[0]["params"]] == [id(p) for p in reducer.params]
-            and reducer.flat.size - 1 >= comm.size
+            and reducer.n_grad >= comm.size
         )
 
     def __init__(self, comm: SingleWorld, optimizer, reducer: GradientAverager):
         self.comm, self.optimizer, self.reducer = comm, optimizer, reducer
         params = reducer.params
-        total = reducer.flat.size - 1
+        total = reducer.n_grad
         self.flat = np.empty(total, dtype=reducer.flat.dtype)
         self.sizes = [p.data.size for p in params]
         offset = 0

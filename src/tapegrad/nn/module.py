@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..autodiff.tensor import Tensor
+from ..autodiff.plan import state_changed
+from ..autodiff.tensor import _TRACING, Tensor
 from .parameter import Parameter
 
 
@@ -49,6 +50,7 @@ class Module:
 
     # -- registration ---------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        state_changed()  # compiled plans re-check the modules they called (mode, parameters)
         d = self.__dict__
         params = d.get("_parameters")
         if params is None:
@@ -83,6 +85,7 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
+        state_changed()
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         object.__delattr__(self, name)
@@ -91,6 +94,7 @@ class Module:
         """Register ``param`` (or an empty slot, ``None``) under ``name``."""
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+        state_changed()
         self._parameters[name] = param
         object.__setattr__(self, name, param)
 
@@ -98,6 +102,7 @@ class Module:
         """Register ``module`` under ``name`` (names need not be identifiers: "0", "1", ...)."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module, got {type(module).__name__}")
+        state_changed()
         self._modules[name] = module
         object.__setattr__(self, name, module)
 
@@ -168,6 +173,7 @@ class Module:
     # -- modes, gradients, dtype ---------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         """Set training mode (Dropout active) on this module and all descendants."""
+        state_changed()
         for m in self.modules():
             m.__dict__["training"] = bool(mode)
         return self
@@ -267,7 +273,21 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
+        trace = _TRACING.active
+        if trace is not None:  # a compiled plan depends on this module's mode and parameters
+            trace.guard(self, self._replay_state, self._replay_change)
         return self.forward(*args, **kwargs)
+
+    def _replay_state(self) -> tuple:
+        """What a compiled plan that called this module replays under: train/eval mode and
+        the parameter and sub-module objects it holds (compared by identity)."""
+        return (self.training, *self._parameters.values(), *self._modules.values())
+
+    def _replay_change(self, old: tuple) -> str:
+        name = type(self).__name__
+        if old[0] != self.training:
+            return f"{name} was switched to {'training' if self.training else 'evaluation'} mode"
+        return f"a parameter or sub-module of {name} was replaced"
 
     def extra_repr(self) -> str:
         """The arguments shown inside ``Name(...)``; layers override it."""

@@ -3,7 +3,7 @@
 from . import lr_scheduler
 from .adam import Adam, AdamW
 from .clip import clip_grad_norm_, clip_grad_value_
-from .lr_scheduler import CosineAnnealingLR, StepLR
+from .lr_scheduler import CosineAnnealingLR, OneCycleLR, StepLR
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
@@ -19,4 +19,5 @@ __all__ = [
     "lr_scheduler",
     "StepLR",
     "CosineAnnealingLR",
+    "OneCycleLR",
 ]

@@ -8,20 +8,26 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..autodiff import Tensor
+from ..autodiff.plan import effect
+from ..autodiff.tensor import _TRACING
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
 
 
-def _grads(params: Tensor | Iterable[Tensor], fn: str) -> list[tuple[int, np.ndarray]]:
+def _params(params: Tensor | Iterable[Tensor], fn: str) -> list[Tensor]:
     if isinstance(params, Tensor):
         params = [params]
-    out = []
+    params = list(params)
     for i, p in enumerate(params):
         if not isinstance(p, Tensor):
             raise TypeError(f"{fn}: parameter {i} is a {type(p).__name__}, expected a Tensor")
-        if p.grad is not None:
-            out.append((i, p.grad))
-    return out
+    return params
+
+
+def _grads(params: list[Tensor]) -> list[tuple[int, np.ndarray]]:
+    """(position, gradient) of the parameters that have one, read at the time of the call
+    (a compiled step's replay finds the plan's gradient buffers there)."""
+    return [(i, p.grad) for i, p in enumerate(params) if p.grad is not None]
 
 
 def _norm(g: np.ndarray, norm_type: float) -> float:
@@ -57,7 +63,9 @@ def clip_grad_norm_(
     only when it is below 1. Parameters with ``grad=None`` are ignored. If the total is NaN or
     infinite, the gradients are left unchanged and the total is returned so the caller can
     skip the step; with ``error_if_nonfinite=True`` a ``FloatingPointError`` names the
-    parameters whose gradients are not finite instead.
+    parameters whose gradients are not finite instead. Inside a compiled step the clipping is
+    replayed on every call and the norm comes back as a 0-d float64 Tensor that each replay
+    updates (a float is only known while tracing).
     """
     fn = "clip_grad_norm_"
     if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float, np.number)):
@@ -67,7 +75,23 @@ def clip_grad_norm_(
     norm_type = float(norm_type)
     if not norm_type > 0:
         raise ValueError(f"{fn}: norm_type must be > 0 (or inf), got {norm_type}")
-    grads = _grads(params, fn)
+    params = _params(params, fn)
+    if _TRACING.active is None:
+        return _clip_norm(params, float(max_norm), norm_type, error_if_nonfinite)
+    # Inside a compiled step: a recorded effect, so every replay clips; the norm it returns is
+    # a 0-d tensor that each replay updates.
+    total = np.zeros((), np.float64)
+
+    def run():
+        total[()] = _clip_norm(params, float(max_norm), norm_type, error_if_nonfinite)
+
+    effect(run, fn)
+    return Tensor(total)
+
+
+def _clip_norm(params, max_norm, norm_type, error_if_nonfinite) -> float:
+    fn = "clip_grad_norm_"
+    grads = _grads(params)
     if not grads:
         return 0.0
     norms = [_norm(g, norm_type) for _, g in grads]
@@ -87,7 +111,7 @@ def clip_grad_norm_(
                 f"parameter(s) {bad}"
             )
         return total
-    coef = float(max_norm) / (total + 1e-6)
+    coef = max_norm / (total + 1e-6)
     if coef < 1.0:
         for _, g in grads:
             np.multiply(g, coef, out=g)
@@ -101,5 +125,10 @@ def clip_grad_value_(params: Tensor | Iterable[Tensor], clip_value: float) -> No
         raise TypeError(f"{fn}: clip_value must be a number, got {clip_value!r}")
     if not clip_value >= 0:
         raise ValueError(f"{fn}: clip_value must be >= 0, got {clip_value}")
-    for _, g in _grads(params, fn):
-        np.clip(g, -clip_value, clip_value, out=g)
+    params = _params(params, fn)
+
+    def run():
+        for _, g in _grads(params):
+            np.clip(g, -clip_value, clip_value, out=g)
+
+    effect(run, fn)  # inside a compiled step: replayed

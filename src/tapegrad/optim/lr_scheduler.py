@@ -13,7 +13,7 @@ from typing import Any
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR"]
+__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "OneCycleLR"]
 
 
 class LRScheduler:
@@ -159,3 +159,62 @@ class CosineAnnealingLR(LRScheduler):
             return [g["lr"] + (base - lo) * c / 2 for g, base in zip(groups, self.base_lrs)]
         ratio = (1 + math.cos(math.pi * t / T)) / (1 + math.cos(math.pi * (t - 1) / T))
         return [ratio * (g["lr"] - lo) + lo for g in groups]
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith & Topin), as PyTorch's ``OneCycleLR`` with cosine annealing and
+    two phases, learning rates only (momentum is not cycled): from ``max_lr / div_factor`` up
+    to ``max_lr`` over the first ``pct_start`` of ``total_steps`` steps, then down to
+    ``max_lr / div_factor / final_div_factor`` at the last step (and held there after it).
+    Construction sets each group's ``lr`` to the starting value."""
+
+    _hyper = ("total_steps", "max_lrs", "pct_start", "div_factor", "final_div_factor")
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr: float | list[float],
+        total_steps: int,
+        pct_start: float = 0.3,
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+        last_epoch: int = -1,
+    ):
+        name = "OneCycleLR"
+        self.total_steps = _positive_int(name, "total_steps", total_steps)
+        n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 1
+        lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * n
+        self.max_lrs = [_nonnegative(name, "max_lr", v) for v in lrs]
+        self.pct_start = _nonnegative(name, "pct_start", pct_start)
+        if not 0 < self.pct_start < 1:
+            raise ValueError(f"{name}: pct_start must be in (0, 1), got {pct_start!r}")
+        self.div_factor = _nonnegative(name, "div_factor", div_factor)
+        self.final_div_factor = _nonnegative(name, "final_div_factor", final_div_factor)
+        if self.div_factor <= 0 or self.final_div_factor <= 0:
+            raise ValueError(f"{name}: div_factor and final_div_factor must be positive")
+        if isinstance(optimizer, Optimizer) and last_epoch == -1:
+            if len(self.max_lrs) != n:
+                raise ValueError(f"{name}: {len(self.max_lrs)} max_lr values for {n} groups")
+            for group, top in zip(optimizer.param_groups, self.max_lrs):
+                group["lr"] = top / self.div_factor
+                group["initial_lr"] = group["lr"]
+        super().__init__(optimizer, last_epoch)
+
+    @staticmethod
+    def _cos(start: float, end: float, pct: float) -> float:
+        return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+
+    def _next_lrs(self) -> list[float]:
+        t = min(self.last_epoch, self.total_steps - 1)
+        up = float(self.pct_start * self.total_steps) - 1
+        last = self.total_steps - 1
+        out = []
+        for top in self.max_lrs:
+            low = top / self.div_factor
+            floor = low / self.final_div_factor
+            if t <= up:
+                out.append(self._cos(low, top, t / up if up > 0 else 1.0))
+            else:
+                span = last - up
+                out.append(self._cos(top, floor, (t - up) / span if span > 0 else 1.0))
+        return out

@@ -162,7 +162,7 @@ class Optimizer:
     # -- stepping ------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients (``None``), or zero them in place with ``set_to_none=False``."""
-        effect(lambda: self._zero_grad(set_to_none))
+        effect(lambda: self._zero_grad(set_to_none), f"{type(self).__name__}.zero_grad()")
 
     def _zero_grad(self, set_to_none: bool) -> None:
         for group in self.param_groups:
@@ -179,7 +179,7 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        effect(self._step)
+        effect(self._step, f"{type(self).__name__}.step()")
         return loss
 
     def _step(self) -> None:

@@ -1,23 +1,34 @@
 """Checkpoints: everything needed to continue a run exactly where it stopped.
 
 A checkpoint holds the model's weights, the optimiser's state, the run's position (epoch and
-batch), the partial sums of the epoch in progress and the history so far, in one safetensors file
-written atomically (temporary file, then rename). A writer killed in the middle of a save leaves
-its temporary file behind; saving and resuming remove such leftovers (see
-:func:`~tapegrad.serialization.remove_stale_temp_files`), so they never accumulate. Batch order
-depends only on (seed, epoch), so resuming from a checkpoint continues with exactly the batches an
-uninterrupted run would see.
+batch), the partial sums of the epoch in progress, the history so far and the run's
+configuration (preset, dataset, optimiser and its settings, schedule, batch size, seed, data
+fingerprint, tapegrad version), in one safetensors file written atomically (temporary file, then
+rename). A writer killed in the middle of a save leaves its temporary file behind; saving and
+resuming remove such leftovers (see :func:`~tapegrad.serialization.remove_stale_temp_files`), so
+they never accumulate. Batch order depends only on (seed, epoch), so resuming from a checkpoint
+continues with exactly the batches an uninterrupted run would see.
+
+Corruption is loud: :func:`find_latest` names every checkpoint that fails verification and
+skips it in favour of the newest valid one, and raises :class:`CheckpointError` when checkpoints
+exist but none is valid (a run never silently starts afresh over them). Rotation keeps the
+newest ``keep`` *valid* checkpoints, so it never deletes the last good one.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..serialization import ModelFileError, load_arrays, remove_stale_temp_files, save_arrays
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.safetensors$")
+
+
+class CheckpointError(ValueError):
+    """No usable checkpoint, or one that does not belong to this run; one line for the user."""
 
 
 def checkpoint_path(directory: str | os.PathLike, global_step: int) -> Path:
@@ -27,7 +38,7 @@ def checkpoint_path(directory: str | os.PathLike, global_step: int) -> Path:
 def save_checkpoint(
     directory, global_step: int, model_state: dict, optim_state: dict, meta: dict, keep: int = 2
 ) -> Path:
-    """Write a checkpoint for ``global_step`` atomically; keep the newest ``keep`` of them."""
+    """Write a checkpoint for ``global_step`` atomically; keep the newest ``keep`` valid ones."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     arrays, scalars = {}, {}
@@ -41,9 +52,38 @@ def save_checkpoint(
     path = checkpoint_path(directory, global_step)
     _remove_leftovers(directory)
     save_arrays(path, arrays, {**meta, "optim_scalars": scalars, "global_step": global_step})
-    for old in sorted(_list(directory))[:-keep]:
-        old.unlink(missing_ok=True)
+    _valid_cache[_stamp(path)] = True
+    _rotate(directory, path, keep)
     return path
+
+
+def _rotate(directory: Path, written: Path, keep: int) -> None:
+    """Delete checkpoints older than the ``keep``-th newest valid one (``written`` counts as
+    valid). Corrupt files newer than that are left for :func:`find_latest` to name."""
+    valid = 0
+    for path in sorted(_list(directory), reverse=True):
+        if valid >= keep:
+            path.unlink(missing_ok=True)
+        elif path == written or _is_valid(path):
+            valid += 1
+
+
+_valid_cache: dict[tuple, bool] = {}
+
+
+def _stamp(path: Path) -> tuple:
+    st = path.stat()
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
+def _is_valid(path: Path) -> bool:
+    try:
+        key = _stamp(path)
+    except OSError:
+        return False
+    if key not in _valid_cache:
+        _valid_cache[key] = _read(path)[1] is None
+    return _valid_cache[key]
 
 
 def _remove_leftovers(directory: Path) -> None:
@@ -57,26 +97,84 @@ def _list(directory: Path) -> list[Path]:
     return [p for p in directory.iterdir() if _NAME.match(p.name)]
 
 
-def load_latest(directory) -> tuple[dict, dict, dict] | None:
-    """(model_state, optim_state, meta) of the newest readable checkpoint, or None if none.
+def list_checkpoints(directory) -> list[Path]:
+    """The checkpoint files in ``directory``, oldest first (valid or not)."""
+    return sorted(_list(Path(directory)))
 
-    A file that fails verification (which atomic writes make unlikely) is skipped in favour of
-    the one before it, so a damaged newest file never stops a resume. Temporary files left by
-    a writer that was killed mid-save are removed.
+
+def _read(path: Path) -> tuple[tuple[dict, dict, dict] | None, str | None]:
+    """((model_state, optim_state, meta), None) for a valid checkpoint, else (None, why)."""
+    try:
+        arrays, meta = load_arrays(path)
+    except ModelFileError as e:
+        return None, str(e).removeprefix(f"{path}: ")
+    if not isinstance(meta.get("optim_scalars", {}), dict) or not isinstance(
+        meta.get("global_step"), int
+    ):
+        return None, "verified, but its metadata is not a tapegrad checkpoint's"
+    model_state = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
+    optim_state = {k[6:]: v for k, v in arrays.items() if k.startswith("optim/")}
+    optim_state.update(meta.pop("optim_scalars", {}))
+    meta["path"] = str(path)
+    return (model_state, optim_state, meta), None
+
+
+def find_latest(
+    directory, warn: Callable[[str], None] | None = None
+) -> tuple[dict, dict, dict] | None:
+    """(model_state, optim_state, meta) of the newest valid checkpoint; None if there is none.
+
+    Every newer checkpoint that fails verification is named through ``warn`` and skipped.
+    When checkpoints exist but none is valid, raises :class:`CheckpointError` naming them: a
+    resume never silently starts afresh over damaged files.
     """
-    _remove_leftovers(Path(directory))
-    for path in sorted(_list(Path(directory)), reverse=True):
-        try:
-            arrays, meta = load_arrays(path)
-        except ModelFileError:
-            continue
-        if not isinstance(meta.get("optim_scalars", {}), dict) or not isinstance(
-            meta.get("global_step"), int
-        ):
-            continue  # verified, but not a checkpoint's metadata (a crafted or foreign file)
-        model_state = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
-        optim_state = {k[6:]: v for k, v in arrays.items() if k.startswith("optim/")}
-        optim_state.update(meta.pop("optim_scalars", {}))
-        meta["path"] = str(path)
-        return model_state, optim_state, meta
+    directory = Path(directory)
+    _remove_leftovers(directory)
+    bad: list[str] = []
+    for path in sorted(_list(directory), reverse=True):
+        found, why = _read(path)
+        if found is not None:
+            return found
+        bad.append(f"{path.name} ({why})")
+        if warn is not None:
+            warn(f"checkpoint {path} is corrupt ({why}): skipped")
+    if bad:
+        raise CheckpointError(
+            f"no valid checkpoint in {directory}: {'; '.join(bad)}. Move the damaged file(s) "
+            f"away to start afresh there"
+        )
     return None
+
+
+def load_latest(directory) -> tuple[dict, dict, dict] | None:
+    """Like :func:`find_latest` without warnings, but None (not an error) when every
+    checkpoint is damaged; for callers that only ask whether a valid one exists."""
+    try:
+        return find_latest(directory)
+    except CheckpointError:
+        return None
+
+
+# -- run configurations --------------------------------------------------------------------------
+#: Settings a resume must match exactly; "tapegrad" (the version) is reported but not enforced.
+def config_differences(saved: dict, current: dict, skip: tuple[str, ...] = ()) -> list[str]:
+    """Each setting whose value differs between a checkpoint's configuration and this run's,
+    as ``"lr 0.001 (checkpoint) vs 0.1 (now)"``; keys in ``skip`` and the version are left out."""
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        if key in skip or key == "tapegrad":
+            continue
+        a, b = saved.get(key, "-"), current.get(key, "-")
+        if a != b:
+            out.append(f"{key.replace('_', ' ')} {_show(a)} (checkpoint) vs {_show(b)} (now)")
+    return out
+
+
+def _show(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, dict):
+        return ",".join(f"{k}={_show(x)}" for k, x in v.items()) or "-"
+    if v is None:
+        return "none"
+    return str(v)

@@ -1,19 +1,67 @@
 """One preset made runnable: its dataset loaded, its model built, its optimiser made.
 
 The CLI, the tests and the benchmarks all set experiments up through :func:`setup`, so a preset
-means the same thing everywhere.
+means the same thing everywhere. Besides the named datasets, a ``.npz`` file with arrays
+``x_train``, ``y_train``, ``x_test``, ``y_test`` is a dataset: integer labels make a
+classification task (binary for a binary preset with two classes), float targets a regression
+(mean squared error). The preset's architecture is then shaped to the data (inputs, outputs,
+vocabulary); :data:`GENERIC` adds models that exist only for such data.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import zipfile
 from dataclasses import dataclass
 
-from .. import data, optim
-from ..models import Preset, build_model, get_preset
-from ..nn import Module
+import numpy as np
+
+from .. import __version__, data, nn, optim
+from ..data import DatasetError, Split
+from ..models import PRESETS, Preset, build_model, get_preset
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 DATASETS = ("mnist", "fashion-mnist", "imdb")
+SCHEDULERS = ("step", "cosine", "onecycle")
+NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
+
+
+def _linear(rng, inputs: int = 784, classes: int = 10, **_):
+    return nn.Sequential(nn.Flatten(), nn.Linear(inputs, classes, rng=rng))
+
+
+#: Models for user data only (``--dataset path.npz``), named like presets.
+GENERIC: dict[str, Preset] = {
+    "linear": Preset(
+        "linear",
+        "One Linear layer on the flattened inputs: softmax regression for class labels, "
+        "logistic for two classes with a binary preset, least squares for float targets.",
+        ("npz",),
+        _linear,
+        "multiclass",
+        "adam",
+        1e-2,
+        32,
+        10,
+    ),
+}
+
+
+def find_preset(name: str) -> Preset:
+    """A preset (:data:`tapegrad.models.PRESETS`) or a generic model (:data:`GENERIC`)."""
+    if name in GENERIC:
+        return GENERIC[name]
+    try:
+        return get_preset(name)
+    except ValueError:
+        known = ", ".join([*PRESETS, *GENERIC])
+        raise ValueError(f"unknown preset {name!r}; choose one of: {known}") from None
+
+
+def is_npz(dataset: str | None) -> bool:
+    return dataset is not None and str(dataset).lower().endswith(".npz")
 
 
 @dataclass
@@ -21,36 +69,178 @@ class Experiment:
     preset: Preset
     dataset: str
     data: object  # has .train and .test splits (x, y)
-    model: Module
+    model: nn.Module
     optimizer: optim.Optimizer
     lr: float
     optimizer_name: str
-    config: dict  # what rebuilds the model's shapes (vocab_size, maxlen), JSON-able
+    config: dict  # what rebuilds the model's shapes (vocab_size, maxlen, inputs...), JSON-able
     seed: int
+    task: str = "multiclass"
+    fingerprint: str = ""
 
 
-def load_dataset(name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000):
-    """The dataset called ``name`` and the model settings it implies (vocabulary size)."""
+@dataclass
+class ArrayDataset:
+    """A user's dataset from a ``.npz`` file."""
+
+    train: Split
+    test: Split
+    path: str
+
+
+def load_npz(path: str | os.PathLike) -> ArrayDataset:
+    """The four arrays of a ``.npz`` file, checked; :class:`DatasetError` in one line if not."""
+    shown = os.fspath(path)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            missing = [k for k in NPZ_ARRAYS if k not in f.files]
+            if missing:
+                raise DatasetError(
+                    f"{shown}: lacks array(s) {', '.join(missing)} (a dataset file holds "
+                    f"{', '.join(NPZ_ARRAYS)}; it has {', '.join(f.files) or 'none'})"
+                )
+            arrays = {k: f[k] for k in NPZ_ARRAYS}
+    except DatasetError:
+        raise
+    except FileNotFoundError:
+        raise DatasetError(f"{shown}: no such dataset file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"{shown}: not a readable .npz dataset ({why})") from None
+    for k, a in arrays.items():
+        if a.dtype.kind not in "biuf":
+            raise DatasetError(f"{shown}: {k} has dtype {a.dtype}; expected numbers")
+        if a.ndim == 0 or len(a) == 0:
+            raise DatasetError(f"{shown}: {k} is empty")
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if len(x) != len(y):
+            raise DatasetError(f"{shown}: x_{split} has {len(x)} samples, y_{split} {len(y)}")
+    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
+        raise DatasetError(
+            f"{shown}: x_train samples are {arrays['x_train'].shape[1:]}, x_test samples "
+            f"{arrays['x_test'].shape[1:]}"
+        )
+    if (arrays["y_train"].dtype.kind == "f") != (arrays["y_test"].dtype.kind == "f"):
+        raise DatasetError(f"{shown}: y_train and y_test must both be labels or both floats")
+    if arrays["y_train"].ndim > 2 or arrays["y_train"].shape[1:] != arrays["y_test"].shape[1:]:
+        raise DatasetError(f"{shown}: y_train and y_test must be (N,) or (N, k) alike")
+
+    def xs(a):
+        return a if a.dtype.kind in "iu" else np.ascontiguousarray(a, dtype=np.float32)
+
+    def ys(a):
+        if a.dtype.kind == "f":
+            if not np.isfinite(a).all():
+                raise DatasetError(f"{shown}: the float targets hold NaN or Inf")
+            return np.ascontiguousarray(a, dtype=np.float32)
+        if a.ndim != 1 or a.min() < 0:
+            raise DatasetError(f"{shown}: labels must be integers >= 0 in a (N,) array")
+        return a.astype(np.int64)
+
+    return ArrayDataset(
+        Split(xs(arrays["x_train"]), ys(arrays["y_train"])),
+        Split(xs(arrays["x_test"]), ys(arrays["y_test"])),
+        shown,
+    )
+
+
+def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
+    """(task, model settings) that fit ``preset``'s architecture to a user's data."""
+    x, y, yt = ds.train.x, ds.train.y, ds.test.y
+    name, shown = preset.name, ds.path
+    features = int(np.prod(x.shape[1:]))
+    if y.dtype.kind == "f":
+        task, outputs = "regression", (1 if y.ndim == 1 else y.shape[1])
+    else:
+        classes = int(max(y.max(), yt.max())) + 1
+        binary = preset.task == "binary" and classes <= 2
+        task, outputs = ("binary", 1) if binary else ("multiclass", max(classes, 2))
+    if preset.needs_glove:
+        raise DatasetError(
+            f"{name} starts from GloVe vectors of IMDB's vocabulary; on your own token ids "
+            f"use text-cnn-learned"
+        )
+    if name.startswith(("seed-cnn", "seed-rnn")) and features != 784:
+        raise DatasetError(
+            f"{name} reads 28x28 images (784 values per sample); {shown}'s samples have "
+            f"{features}: use mlp or linear"
+        )
+    if preset.datasets == ("imdb",):  # a text CNN: token ids in
+        if x.ndim != 2 or x.dtype.kind not in "iu" or x.min() < 0:
+            raise DatasetError(
+                f"{name} reads token ids: x_train must be (N, length) non-negative integers"
+            )
+        length = x.shape[1]
+        if length < 10:
+            raise DatasetError(f"{name} needs sequences of at least 10 tokens, got {length}")
+        vocab = int(max(x.max(), ds.test.x.max())) + 1
+        return task, {"vocab_size": vocab, "maxlen": length, "outputs": outputs}
+    return task, {"inputs": features, "classes": outputs}
+
+
+def fingerprint(ds) -> str:
+    """SHA-256 over the train and test arrays' dtypes, shapes and bytes (first 16 hex digits):
+    what a resume checks to be training on the same data."""
+    h = hashlib.sha256()
+    for split in (ds.train, ds.test):
+        for a in (split.x, split.y):
+            a = np.ascontiguousarray(a)
+            h.update(json.dumps([a.dtype.str, list(a.shape)]).encode())
+            h.update(a.data)
+    return h.hexdigest()[:16]
+
+
+def load_dataset(
+    name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000, **text_options
+):
+    """The dataset called ``name`` and the model settings it implies (vocabulary size);
+    ``text_options`` (stopwords, oov, ...) go to :func:`tapegrad.data.imdb`."""
+    if is_npz(name):
+        return load_npz(name), {}
     if name == "mnist":
         return data.mnist(data_dir=data_dir), {}
     if name == "fashion-mnist":
         return data.fashion_mnist(data_dir=data_dir), {}
     if name == "imdb":
-        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size)
+        ds = data.imdb(data_dir=data_dir, maxlen=maxlen, vocab_size=vocab_size, **text_options)
         return ds, {"vocab_size": len(ds.vocab), "maxlen": maxlen}
     raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
 
 
-def make_optimizer(name: str, params, lr: float, momentum: float = 0.0) -> optim.Optimizer:
+def make_optimizer(
+    name: str, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0
+) -> optim.Optimizer:
+    """The optimiser called ``name``; ``momentum`` applies to sgd and rmsprop only."""
+    if momentum and name not in ("sgd", "rmsprop"):
+        raise ValueError(f"momentum applies to sgd and rmsprop, not {name}")
     if name == "sgd":
-        return optim.SGD(params, lr=lr, momentum=momentum)
+        return optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     if name == "adam":
-        return optim.Adam(params, lr=lr)
+        return optim.Adam(params, lr=lr, weight_decay=weight_decay)
     if name == "adamw":
-        return optim.AdamW(params, lr=lr)
+        return optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if name == "rmsprop":
-        return optim.RMSprop(params, lr=lr, momentum=momentum)
+        return optim.RMSprop(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
+
+
+def make_scheduler(spec: dict | None, optimizer: optim.Optimizer, steps_per_epoch: int):
+    """The learning-rate schedule ``spec`` describes, stepped once per optimiser step:
+    ``{"name": "step", "every": E, "gamma": g}`` multiplies the lr by g every E epochs;
+    ``{"name": "cosine", "epochs": E}`` anneals it to 0 over E epochs; ``{"name":
+    "onecycle", "epochs": E}`` runs one cycle (up to lr, then far below) over E epochs."""
+    if not spec:
+        return None
+    name = spec["name"]
+    if name == "step":
+        return optim.StepLR(optimizer, spec["every"] * steps_per_epoch, spec["gamma"])
+    total = spec["epochs"] * steps_per_epoch
+    if name == "cosine":
+        return optim.CosineAnnealingLR(optimizer, total)
+    if name == "onecycle":
+        return optim.OneCycleLR(optimizer, [g["lr"] for g in optimizer.param_groups], total)
+    raise ValueError(f"unknown scheduler {name!r}; choose one of: {', '.join(SCHEDULERS)}")
 
 
 def setup(
@@ -62,15 +252,21 @@ def setup(
     optimizer: str | None = None,
     momentum: float = 0.0,
     log=print,
+    weight_decay: float = 0.0,
 ) -> Experiment:
     """Load the preset's dataset, build its model from ``seed`` and make its optimiser."""
-    preset = get_preset(preset) if isinstance(preset, str) else preset
+    preset = find_preset(preset) if isinstance(preset, str) else preset
     dataset = dataset or preset.dataset
-    if dataset not in preset.datasets:
+    if not is_npz(dataset) and dataset not in preset.datasets:
         raise ValueError(
             f"preset {preset.name} trains on {' or '.join(preset.datasets)}, not {dataset!r}"
         )
-    ds, config = load_dataset(dataset, data_dir, **preset.extra)
+    task = preset.task
+    if is_npz(dataset):
+        ds = load_npz(dataset)
+        task, config = shape_for_data(preset, ds)
+    else:
+        ds, config = load_dataset(dataset, data_dir, **preset.extra)
     kwargs = dict(config)
     if preset.needs_glove:
         vectors = data.glove(ds.vocab, dim=50, data_dir=data_dir)
@@ -83,5 +279,42 @@ def setup(
     model = build_model(preset, seed=seed, **kwargs)
     lr = lr or preset.lr
     name = optimizer or preset.optimizer
-    opt = make_optimizer(name, model.parameters(), lr, momentum)
-    return Experiment(preset, dataset, ds, model, opt, lr, name, config, seed)
+    opt = make_optimizer(name, model.parameters(), lr, momentum, weight_decay)
+    return Experiment(
+        preset, dataset, ds, model, opt, lr, name, config, seed, task, fingerprint(ds)
+    )
+
+
+def run_config(
+    preset: str,
+    dataset: str,
+    *,
+    optimizer: str,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    scheduler: dict | None,
+    batch_size: int,
+    seed: int,
+    task: str | None = None,
+    data: str | None = None,
+    model: dict | None = None,
+) -> dict:
+    """What a checkpoint records of a run, and what a resume must match. Entries left None
+    (known only once the data is loaded) are omitted."""
+    out = {
+        "preset": preset,
+        "dataset": os.path.basename(dataset) if is_npz(dataset) else dataset,
+        "task": task,
+        "optimizer": optimizer,
+        "lr": lr,
+        "momentum": momentum,
+        "weight_decay": weight_decay,
+        "scheduler": scheduler or "none",
+        "batch_size": batch_size,
+        "seed": seed,
+        "data": data,
+        "model": model,
+        "tapegrad": __version__,
+    }
+    return {k: v for k, v in out.items() if v is not None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import statistics
 from dataclasses import asdict, dataclass, fields
@@ -26,7 +27,7 @@ class EpochRecord:
     allocated_per_step: int | None
     peak_rss_bytes: int
     loss: float
-    train_accuracy: float
+    train_accuracy: float | None  # None for regression
     test_loss: float | None
     test_accuracy: float | None
     eval_seconds: float
@@ -34,23 +35,45 @@ class EpochRecord:
 
 
 COLUMNS = ("epoch", "time", "alloc/epoch", "peak RSS", "loss", "train acc", "test acc")
+#: A regression has no accuracy: its last two columns are the train and test MSE.
+REGRESSION_COLUMNS = (*COLUMNS[:4], "train MSE", "test MSE")
 
 
-def table_header() -> str:
+def format_loss(v: float | None) -> str:
+    """A loss in at most 9 characters: 4 decimals while it is small, else 3 significant
+    digits with an exponent (a diverging run keeps the table aligned)."""
+    if v is None:
+        return "-"
+    if math.isfinite(v) and abs(v) < 1000:
+        return f"{v:.4f}"
+    return f"{v:.2e}"
+
+
+def table_header(task: str = "multiclass") -> str:
+    if task == "regression":
+        return (
+            f"{'epoch':>5}  {'time':>8}  {'alloc/epoch':>11}  {'peak RSS':>10}  "
+            f"{'train MSE':>9}  {'test MSE':>9}"
+        )
     return (
-        f"{'epoch':>5}  {'time':>8}  {'alloc/epoch':>11}  {'peak RSS':>10}  {'loss':>7}  "
+        f"{'epoch':>5}  {'time':>8}  {'alloc/epoch':>11}  {'peak RSS':>10}  {'loss':>9}  "
         f"{'train acc':>9}  {'test acc':>8}"
     )
 
 
-def table_row(r: EpochRecord) -> str:
+def _percent(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def table_row(r: EpochRecord, task: str = "multiclass") -> str:
     mark = "*" if r.first else " "
-    test = "-" if r.test_accuracy is None else f"{100 * r.test_accuracy:7.2f}%"
-    return (
+    head = (
         f"{r.epoch:>4}{mark}  {r.seconds:7.2f}s  {format_bytes(r.allocated_bytes):>11}  "
-        f"{format_bytes(r.peak_rss_bytes):>10}  {r.loss:7.4f}  "
-        f"{100 * r.train_accuracy:8.2f}%  {test:>8}"
+        f"{format_bytes(r.peak_rss_bytes):>10}  {format_loss(r.loss):>9}  "
     )
+    if task == "regression":
+        return head + f"{format_loss(r.test_loss):>9}"
+    return head + f"{_percent(r.train_accuracy):>9}  {_percent(r.test_accuracy):>8}"
 
 
 def table_footer(records: list[EpochRecord]) -> str:
@@ -102,16 +125,23 @@ def plot(path, records: list[EpochRecord], title: str = "") -> None:
         ax[0, 0].plot(ep, [r.test_loss for r in records], "s--", label="test")
     ax[0, 0].set(title="loss", xlabel="epoch")
     ax[0, 0].legend()
-    ax[0, 1].plot(ep, [100 * r.train_accuracy for r in records], "o-", label="train")
-    if any(r.test_accuracy is not None for r in records):
-        ax[0, 1].plot(ep, [100 * (r.test_accuracy or 0) for r in records], "s--", label="test")
-    ax[0, 1].set(title="accuracy (%)", xlabel="epoch")
-    ax[0, 1].legend()
+    if any(r.train_accuracy is not None for r in records):
+        ax[0, 1].plot(ep, [100 * (r.train_accuracy or 0) for r in records], "o-", label="train")
+        if any(r.test_accuracy is not None for r in records):
+            ax[0, 1].plot(ep, [100 * (r.test_accuracy or 0) for r in records], "s--", label="test")
+        ax[0, 1].set(title="accuracy (%)", xlabel="epoch")
+        ax[0, 1].legend()
+    else:  # regression: no accuracy
+        ax[0, 1].set(title="accuracy: none (regression)", xlabel="epoch")
     colors = ["tab:orange" if r.first else "tab:blue" for r in records]
     ax[1, 0].bar(ep, [r.seconds for r in records], color=colors)
     ax[1, 0].set(title="time per epoch (s); orange: first epoch", xlabel="epoch")
     ax[1, 1].bar(ep, [(r.allocated_bytes or 0) / 2**20 for r in records], color=colors)
     ax[1, 1].set(title="allocated per epoch (MiB, tracemalloc)", xlabel="epoch")
+    from matplotlib.ticker import MaxNLocator
+
+    for a in ax.flat:  # epochs are whole numbers
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         fig.suptitle(title)
     fig.tight_layout()

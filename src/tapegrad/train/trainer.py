@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -18,13 +20,57 @@ from ..autodiff import Tensor, compile, no_grad
 from ..autodiff.plan import reduce_gradients
 from ..data import Batches
 from ..distributed.sharded import ShardedStep
-from .checkpoint import load_latest, save_checkpoint
+from .checkpoint import CheckpointError, config_differences, find_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
 from .report import EpochRecord, table_footer, table_header, table_row
+
+TASKS = ("multiclass", "binary", "regression")
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; training stopped before updating with it."""
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped between two steps at a signal's request (see :func:`stop_on_signals`).
+
+    ``checkpoint`` is the mid-epoch checkpoint written at the stop (None without a
+    checkpoint folder); ``epoch`` and ``batch`` say where the run stood; ``signum`` which
+    signal asked.
+    """
+
+    def __init__(self, signum: int, epoch: int, batch: int, checkpoint: Path | None):
+        self.signum, self.epoch, self.batch, self.checkpoint = signum, epoch, batch, checkpoint
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        where = f"saved {checkpoint}" if checkpoint else "no checkpoint folder, nothing saved"
+        super().__init__(f"{name} at epoch {epoch}, batch {batch}: {where}")
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer: Trainer, signums=(signal.SIGINT, signal.SIGTERM)):
+    """While the block runs, SIGINT and SIGTERM ask ``trainer`` to stop after its current
+    step (writing a mid-epoch checkpoint); a second signal stops at once (KeyboardInterrupt).
+    Only in the main thread; elsewhere the block runs with the handlers as they were."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if trainer.stop_requested is not None:
+            raise KeyboardInterrupt
+        trainer.request_stop(signum)
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def _xy(split):
@@ -39,10 +85,14 @@ def _progress_disabled() -> bool | None:
 
 
 class Trainer:
-    """Trains ``model`` with ``optimizer`` on a classification task.
+    """Trains ``model`` with ``optimizer`` on a classification or regression task.
 
-    ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores) or
-    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample).
+    ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores),
+    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample) or
+    ``"regression"`` (float targets, mean squared error; no accuracy). ``scheduler`` (an
+    ``optim.lr_scheduler`` object, optional) is stepped after every optimiser step.
+    ``config`` (a JSON-ready dict, optional) describes the run; checkpoints carry it, and a
+    resume from a checkpoint whose configuration differs is refused naming each difference.
 
     ``distributed=True`` (or a communicator from :mod:`tapegrad.distributed`) trains data-parallel
     when the process is one of several MPI ranks: rank 0's parameters and optimiser state are
@@ -50,7 +100,10 @@ class Trainer:
     ``batch_size`` samples, gradients are averaged with one allreduce per step, each rank
     applies the optimiser to its slice of the weights (``distributed/sharded.py``), and metrics are
     reduced across ranks (time, allocation and peak RSS: the largest rank's). Rank 0 alone
-    logs and writes checkpoints. In a single process it changes nothing.
+    logs, warns and writes checkpoints; a resume reads the checkpoint on rank 0, broadcasts it,
+    and every rank makes the same checks (so a refusal is raised on every rank alike). A stop
+    request (:meth:`request_stop`, a signal) travels with the next step's gradient allreduce:
+    every rank stops after the same step. In a single process it changes nothing.
     """
 
     def __init__(
@@ -65,15 +118,22 @@ class Trainer:
         alloc_samples: int = 4,
         mode: str = "compiled",
         distributed: bool | dist.SingleWorld = False,
+        scheduler=None,
+        config: dict | None = None,
+        warn: Callable[[str], None] | None = None,
     ):
-        if task not in ("multiclass", "binary"):
-            raise ValueError(f"task must be 'multiclass' or 'binary', got {task!r}")
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
         if mode not in ("compiled", "eager"):
             raise ValueError(f"mode must be 'compiled' or 'eager', got {mode!r}")
         self.model, self.optimizer, self.task, self.seed = model, optimizer, task, seed
         self.mode = mode
+        self.scheduler, self.config = scheduler, config
         self.progress = progress
         self.log = log or (lambda s: None)
+        self.warn = warn or (lambda s: print(f"warning: {s}", file=sys.stderr))
+        self.stop_requested: int | None = None
+        self._last_checkpoint: Path | None = None
         self.sampler = AllocationSampler(alloc_samples)
         self.records: list[EpochRecord] = []
         self.global_step = 0
@@ -85,7 +145,7 @@ class Trainer:
         if self.comm.distributed:
             dist.guard(self.comm)
             if self.comm.rank != 0:  # rank 0 alone reports
-                self.progress, self.log = False, lambda s: None
+                self.progress, self.log, self.warn = False, lambda s: None, lambda s: None
         self._compiled = compile(self._forward_backward) if mode == "compiled" else None
 
     # -- one step ------------------------------------------------------------------------------
@@ -93,16 +153,25 @@ class Trainer:
         """The task's mean loss; ``y`` as :meth:`targets` prepares it."""
         if self.task == "multiclass":
             return nn.functional.cross_entropy(logits, y)
+        if self.task == "regression":
+            return nn.functional.mse_loss(logits.reshape(y.shape), y)
         return nn.functional.binary_cross_entropy_with_logits(logits.reshape((-1,)), y)
 
     def targets(self, y: np.ndarray, dtype) -> np.ndarray:
-        """Labels as the loss takes them: class ids, or 0/1 floats of the logits' dtype."""
+        """Labels as the loss takes them: class ids, or floats of the outputs' dtype."""
         return y if self.task == "multiclass" else y.astype(dtype, copy=False)
 
     def correct(self, logits: np.ndarray, y: np.ndarray) -> int:
+        """Correctly classified samples (0 for regression, which has no accuracy)."""
         if self.task == "multiclass":
             return int(np.sum(np.argmax(logits, axis=1) == y))
+        if self.task == "regression":
+            return 0
         return int(np.sum((logits.reshape(-1) > 0) == (y > 0)))
+
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
+        """Ask :meth:`fit` to stop after the step in progress (what a signal handler calls)."""
+        self.stop_requested = signum
 
     def _forward_backward(self, x, y, training: bool = True):
         # Traced once per input signature in compiled mode; ``training`` keys each plan to the
@@ -131,6 +200,7 @@ class Trainer:
         reducer = self._reducer
         if reducer is not None:
             reducer.weight = len(x) / (global_size or len(x))
+            reducer.asks_stop = self.stop_requested is not None  # carried by the allreduce
             if len(x) == 0:  # a global batch smaller than the ranks: contribute nothing
                 self.optimizer.zero_grad()
                 reducer(np.zeros((), self._float_dtype()))
@@ -149,6 +219,8 @@ class Trainer:
                 self._sharded.step()
             else:
                 self.optimizer.step()
+            if self.scheduler is not None:
+                self.scheduler.step()
         return value, correct
 
     def _float_dtype(self):
@@ -158,8 +230,11 @@ class Trainer:
             self._dtype = dtype
         return dtype
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
-        """Mean loss and accuracy over (x, y), in eval mode without recording a graph.
+    def evaluate(
+        self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000
+    ) -> tuple[float, float | None]:
+        """Mean loss and accuracy (None for regression) over (x, y), in eval mode without
+        recording a graph.
 
         Data-parallel, each rank evaluates its contiguous part of (x, y) and the sums are
         reduced, so every rank returns the figures for the whole set."""
@@ -184,7 +259,7 @@ class Trainer:
             sums = self.comm.allreduce(np.array([total_loss, total_correct], dtype=np.float64))
             total_loss, total_correct = float(sums[0]), int(sums[1])
         n = max(n_all, 1)
-        return total_loss / n, total_correct / n
+        return total_loss / n, (None if self.task == "regression" else total_correct / n)
 
     # -- the loop ------------------------------------------------------------------------------
     def fit(
@@ -202,10 +277,13 @@ class Trainer:
         """Train for ``epochs`` epochs (or until ``max_steps`` optimiser steps in total).
 
         After each epoch: evaluate on ``test``, print a table row, save a checkpoint if
-        ``checkpoint_dir`` is set. With ``resume``, continue from the newest checkpoint there
-        (or start fresh if there is none), ending with exactly the weights of an uninterrupted
+        ``checkpoint_dir`` is set. With ``resume``, continue from the newest valid checkpoint
+        there (fresh if there is none; :class:`CheckpointError` if there are only damaged ones
+        or it belongs to another run), ending with exactly the weights of an uninterrupted
         run. A NaN or infinite loss raises :class:`TrainingDiverged` before any update with it;
-        the last checkpoint is left as it was.
+        the last checkpoint is left as it was. After :meth:`request_stop` the loop stops after
+        the step in progress, writes a mid-epoch checkpoint (with ``checkpoint_dir``) and
+        raises :class:`TrainingInterrupted`.
         """
         x, y = _xy(train)
         xt, yt = _xy(test) if test is not None else (None, None)
@@ -214,6 +292,8 @@ class Trainer:
         batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed, shard=shard)
         epoch, start, partial = 1, 0, None
         self.records = []
+        self._batch_size = batch_size
+        self.stop_requested = None  # a stop asked of an earlier fit does not carry over
         if comm.distributed:
             facts = dict(epochs=epochs, batch_size=batch_size, max_steps=max_steps)
             self._start_distributed(x, y, xt, yt, facts)
@@ -223,9 +303,9 @@ class Trainer:
                 partial = {**partial, "correct": 0}  # the saved count is all ranks': rank 0's
             if self._sharded is not None:
                 self._sharded.pull_state()
-        self.log(table_header())
+        self.log(table_header(self.task))
         for r in self.records:
-            self.log(table_row(r))
+            self.log(table_row(r, self.task))
         first_in_process = True
         self.model.train()
         while epoch <= epochs:
@@ -266,7 +346,10 @@ class Trainer:
                 sums["seen"] += global_size
                 self.global_step += 1
                 bar.update(1)
-                if bar.disable is False and step_index % 10 == 0:
+                if self._stopping() and step_index + 1 < n:
+                    bar.close()
+                    self._interrupted(checkpoint_dir, epoch, step_index + 1, sums, t0)
+                if not bar.disable and step_index % 10 == 0:
                     elapsed = sums["seconds"] + time.perf_counter() - t0
                     bar.set_postfix(
                         loss=f"{sums['loss'] / sums['seen']:.4f}",
@@ -289,7 +372,7 @@ class Trainer:
                 eval_batch_size,
             )
             first_in_process = False
-            self.log(table_row(record))
+            self.log(table_row(record, self.task))
             if stopped:
                 self.records.append(record)
                 break
@@ -297,10 +380,40 @@ class Trainer:
             if checkpoint_dir is not None:
                 self._save(checkpoint_dir, epoch + 1, 0, None)
             epoch, start, partial = epoch + 1, 0, None
+            if self._stopping() and epoch <= epochs:
+                raise TrainingInterrupted(
+                    self._stop_signal(),
+                    epoch,
+                    0,
+                    self._last_checkpoint if checkpoint_dir is not None else None,
+                )
         if self._sharded is not None:
             self._sharded.push_state()  # the caller's optimiser holds the whole state again
         self.log(table_footer(self.records))
         return self.records
+
+    def _interrupted(self, checkpoint_dir, epoch: int, batch: int, sums: dict, t0: float):
+        sums["seconds"] += time.perf_counter() - t0
+        path = None
+        if checkpoint_dir is not None:
+            path = self._save(checkpoint_dir, epoch, batch, sums)
+        raise TrainingInterrupted(self._stop_signal(), epoch, batch, path)
+
+    def _stopping(self) -> bool:
+        """Whether to stop after the step just made. Data-parallel, only a request every rank
+        has seen counts: the one the step's allreduce carried (a signal that reached this rank
+        after it travels with the next step), so all ranks stop after the same step."""
+        if self._reducer is None:
+            return self.stop_requested is not None
+        return self._reducer.stop_requested
+
+    def _stop_signal(self) -> int:
+        """The signal that asked for the stop (data-parallel: the largest any rank received;
+        collective, called by every rank when they stop together)."""
+        if self._reducer is None:
+            return int(self.stop_requested or signal.SIGINT)
+        mine = np.array([self.stop_requested or 0], dtype=np.float64)
+        return int(self.comm.allreduce(mine, op="max")[0]) or int(signal.SIGINT)
 
     # -- helpers -------------------------------------------------------------------------------
     def _start_distributed(self, x, y, xt, yt, facts: dict) -> None:
@@ -374,7 +487,9 @@ class Trainer:
             allocated_per_step=per_step,
             peak_rss_bytes=rss,
             loss=sums["loss"] / seen,
-            train_accuracy=self._all_ranks(sums["correct"]) / seen,
+            train_accuracy=(
+                None if self.task == "regression" else self._all_ranks(sums["correct"]) / seen
+            ),
             test_loss=test_loss,
             test_accuracy=test_acc,
             eval_seconds=eval_seconds,
@@ -399,26 +514,77 @@ class Trainer:
             "start": start,
             "partial": partial,
             "seed": self.seed,
+            "batch_size": self._batch_size,
+            "task": self.task,
             "records": [asdict(r) for r in self.records],
+            "config": self.config,
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
         }
-        return save_checkpoint(
+        self._last_checkpoint = save_checkpoint(
             directory, self.global_step, self.model.state_dict(), self.optimizer.state_dict(), meta
         )
+        return self._last_checkpoint
+
+    def _read_latest(self, directory) -> tuple[dict, dict, dict] | None:
+        """:func:`find_latest` on rank 0, its checkpoint (or its refusal) on every rank."""
+        if not self.comm.distributed:
+            return find_latest(directory, warn=self.warn)
+        found = error = None
+        if self.comm.rank == 0:
+            try:
+                found = find_latest(directory, warn=self.warn)
+            except CheckpointError as e:
+                error = str(e)
+        found, error = self.comm.bcast((found, error))
+        if error is not None:
+            raise CheckpointError(error)
+        return found
 
     def _restore(self, directory) -> tuple[int, int, dict | None]:
-        found = load_latest(directory) if self.comm.rank == 0 else None
-        found = self.comm.bcast(found)  # rank 0's checkpoint, on every rank
+        found = self._read_latest(directory)
         if found is None:
             self.log(f"no checkpoint in {directory} yet: starting fresh")
             return 1, 0, None
         model_state, optim_state, meta = found
-        if meta.get("seed") != self.seed:
-            raise ValueError(
-                f"checkpoint {meta['path']} was made with seed {meta.get('seed')}, "
-                f"this run uses seed {self.seed}; resume with the same seed"
+        path = meta["path"]
+        mine = {"seed": self.seed, "batch_size": self._batch_size, "task": self.task}
+        theirs = {k: meta.get(k, mine[k]) for k in mine}
+        diffs = config_differences(theirs, mine)
+        if isinstance(meta.get("config"), dict) and self.config is not None:
+            diffs += config_differences(meta["config"], self.config, skip=tuple(mine))
+            then, now = meta["config"].get("tapegrad"), self.config.get("tapegrad")
+            if then != now:
+                self.warn(
+                    f"checkpoint {path} was written by tapegrad {then}, this is {now}: the "
+                    f"resumed run may not be bit-identical to an uninterrupted one"
+                )
+        if diffs:
+            raise CheckpointError(
+                f"checkpoint {path} is from another run configuration: {'; '.join(diffs)}. "
+                f"Resume with its settings, or use another --checkpoint-dir"
             )
+        problems = _state_problems(self.model.state_dict(), model_state)
+        if problems:
+            raise CheckpointError(f"checkpoint {path} holds another model: {problems}")
+        kind = optim_state.get("type")
+        if kind != type(self.optimizer).__name__:
+            raise CheckpointError(
+                f"checkpoint {path} holds {kind} optimiser state; this run uses "
+                f"{type(self.optimizer).__name__}"
+            )
+        try:
+            self.optimizer.load_state_dict(optim_state)
+            sched = meta.get("scheduler")
+            if (sched is None) != (self.scheduler is None):
+                raise ValueError(
+                    f"the checkpoint has {'no' if sched is None else 'a'} learning-rate "
+                    f"schedule, this run {'has one' if sched is None else 'none'}"
+                )
+            if sched is not None:
+                self.scheduler.load_state_dict(sched)
+        except (ValueError, TypeError, KeyError) as e:
+            raise CheckpointError(f"checkpoint {path}: {str(e).splitlines()[0]}") from None
         self.model.load_state_dict(model_state)
-        self.optimizer.load_state_dict(optim_state)
         self.global_step = int(meta["global_step"])
         self.records = [EpochRecord(**r) for r in meta.get("records", [])]
         self.log(
@@ -426,3 +592,16 @@ class Trainer:
             f"global step {self.global_step})"
         )
         return int(meta["epoch"]), int(meta["start"]), meta.get("partial")
+
+
+def _state_problems(own: dict, saved: dict) -> str:
+    """'' when ``saved`` fits ``own`` (names, shapes, dtypes), else the first problems."""
+    out = [f"no {k}" for k in own if k not in saved]
+    out += [f"unexpected {k}" for k in saved if k not in own]
+    for k, v in own.items():
+        if k in saved and (saved[k].shape != v.shape or saved[k].dtype != v.dtype):
+            got, want = f"{saved[k].dtype}{list(saved[k].shape)}", f"{v.dtype}{list(v.shape)}"
+            out.append(f"{k} is {got}, not {want}")
+    if len(out) > 3:
+        out = out[:3] + [f"{len(out) - 3} more"]
+    return ", ".join(out)

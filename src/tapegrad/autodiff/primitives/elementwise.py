@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import samples as S
-from .registry import Sample, primitive
+from .registry import Sample, primitive, run
 
 
 def _sigmoid(x):
@@ -54,13 +54,26 @@ div = primitive(
     broadcasting=True,
     doc="x / y, broadcasting.",
 )
+
+
+def _pow_dx(g, out, x, y):
+    # g * y * x ** (y - 1); where y == 0 the power is constant in x: 0 (not 0 * inf at x == 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return run(where, y == 0, 0, g * y * run(power, x, y - 1))
+
+
+def _pow_dy(g, out, x, y):
+    # g * out * log(x) where x > 0, and 0 elsewhere whatever out is there (inf for 0 ** -1, nan
+    # for (-2) ** 0.5): the mask comes after the product
+    positive = x > 0
+    with np.errstate(invalid="ignore"):
+        return run(where, positive, g * out * run(log, run(where, positive, x, 1)), 0)
+
+
 power = primitive(
     "pow",
     np.power,
-    (
-        lambda g, out, x, y: g * y * np.power(x, y - 1),
-        lambda g, out, x, y: g * out * np.log(np.where(x > 0, x, 1)),
-    ),
+    (_pow_dx, _pow_dy),
     reference=lambda x, y: np.exp(y * np.log(x)),
     samples=S.binary(0.5, 2.0, -2.0, 2.0),
     broadcasting=True,
@@ -70,8 +83,8 @@ maximum = primitive(
     "maximum",
     np.maximum,
     (
-        lambda g, out, x, y: g * ((x > y) + 0.5 * (x == y)),
-        lambda g, out, x, y: g * ((y > x) + 0.5 * (x == y)),
+        lambda g, out, x, y: g * (x > y) + g * (x == y) * 0.5,
+        lambda g, out, x, y: g * (y > x) + g * (x == y) * 0.5,
     ),
     reference=lambda x, y: np.where(x > y, x, y),
     samples=S.binary(),
@@ -82,8 +95,8 @@ minimum = primitive(
     "minimum",
     np.minimum,
     (
-        lambda g, out, x, y: g * ((x < y) + 0.5 * (x == y)),
-        lambda g, out, x, y: g * ((y < x) + 0.5 * (x == y)),
+        lambda g, out, x, y: g * (x < y) + g * (x == y) * 0.5,
+        lambda g, out, x, y: g * (y < x) + g * (x == y) * 0.5,
     ),
     reference=lambda x, y: np.where(x < y, x, y),
     samples=S.binary(),
@@ -108,7 +121,11 @@ def _where_samples(rng):
 where = primitive(
     "where",
     np.where,
-    (None, lambda g, out, c, x, y: np.where(c, g, 0), lambda g, out, c, x, y: np.where(c, 0, g)),
+    (
+        None,
+        lambda g, out, c, x, y: run(where, c, g, 0),
+        lambda g, out, c, x, y: run(where, c, 0, g),
+    ),
     reference=lambda c, x, y: c * x + (1 - c) * y,
     samples=_where_samples,
     broadcasting=True,
@@ -152,10 +169,19 @@ sqrt = primitive(
     broadcasting=True,
     doc="Square root.",
 )
+sign = primitive(
+    "sign",
+    np.sign,
+    None,
+    reference=lambda x: (x > 0).astype(x.dtype) - (x < 0),
+    samples=S.unary(gap=0.1),
+    broadcasting=True,
+    doc="-1, 0 or 1 by the sign of x; its derivative is zero (not differentiable).",
+)
 absolute = primitive(
     "abs",
     np.abs,
-    (lambda g, out, x: g * np.sign(x),),
+    (lambda g, out, x: g * run(sign, x),),
     reference=lambda x: np.where(x < 0, -x, x),
     samples=S.unary(gap=0.1),
     broadcasting=True,
@@ -164,7 +190,7 @@ absolute = primitive(
 sin = primitive(
     "sin",
     np.sin,
-    (lambda g, out, x: g * np.cos(x),),
+    (lambda g, out, x: g * run(cos, x),),
     reference=lambda x: np.cos(x - np.pi / 2),
     samples=S.unary(),
     broadcasting=True,
@@ -173,7 +199,7 @@ sin = primitive(
 cos = primitive(
     "cos",
     np.cos,
-    (lambda g, out, x: -g * np.sin(x),),
+    (lambda g, out, x: -g * run(sin, x),),
     reference=lambda x: np.sin(x + np.pi / 2),
     samples=S.unary(),
     broadcasting=True,
@@ -215,7 +241,7 @@ def _softplus(x):
 softplus = primitive(
     "softplus",
     _softplus,
-    (lambda g, out, x: g * _sigmoid(x),),
+    (lambda g, out, x: g * run(sigmoid, x),),
     reference=lambda x: np.log(1 + np.exp(x)),
     samples=S.unary(-5, 5),
     broadcasting=True,
@@ -228,12 +254,11 @@ def _clip_fwd(x, lo=None, hi=None):
 
 
 def _clip_vjp(g, out, x, lo=None, hi=None):
-    keep = np.ones(x.shape, dtype=bool)
-    if lo is not None:
-        keep &= x >= lo
-    if hi is not None:
-        keep &= x <= hi
-    return g * keep
+    if lo is None:
+        return g * (x <= hi)
+    if hi is None:
+        return g * (x >= lo)
+    return g * ((x >= lo) * (x <= hi))  # bool * bool: both bounds hold
 
 
 def _clip_samples(rng):
@@ -256,6 +281,8 @@ _clip = primitive(
 
 def clip(x, lo=None, hi=None):
     """Clip ``x`` to [lo, hi] (either bound may be None); gradient 1 inside, 0 outside."""
+    if lo is None and hi is None:
+        raise ValueError("clip: give at least one of the bounds lo and hi")
     return _clip(x, lo=lo, hi=hi)
 
 
@@ -280,14 +307,53 @@ def astype(x, dtype):
 
 # -- random masks: drawn inside the engine, so compiled plans draw fresh ones on every replay ------
 class _PatternRandom:
-    """A stand-in generator with a fixed, reproducible ``random`` (for the registry samples)."""
+    """A stand-in generator with fixed, reproducible draws (for the registry samples)."""
 
     def random(self, shape, dtype=np.float64):
         n = int(np.prod(shape, dtype=np.int64))
         return ((np.arange(n) * 0.618034) % 1.0).astype(dtype).reshape(shape)
 
+    def standard_normal(self, shape, dtype=np.float64):
+        return (self.random(shape, dtype) - dtype(0.5)) * dtype(3.0)
+
+
+RNG_LOG: list | None = None
+"""While a list (``tg.checkpoint``'s first forward), each generator a random primitive is about
+to draw from is appended with its state, so a recomputation can draw the same numbers."""
+
+
+def _log_rng(rng) -> None:
+    if RNG_LOG is not None and hasattr(rng, "bit_generator"):
+        RNG_LOG.append((rng, rng.bit_generator.state))
+
+
+def _random(shape, dtype, dist, rng):
+    _log_rng(rng)
+    draw = rng.standard_normal if dist == "normal" else rng.random
+    return draw(shape, dtype=dtype)
+
+
+random_draw = primitive(
+    "random_draw",
+    _random,
+    None,
+    reference=lambda shape, dtype, dist, rng: (
+        _PatternRandom().standard_normal(shape, dtype)
+        if dist == "normal"
+        else _PatternRandom().random(shape, dtype)
+    ),
+    samples=lambda rng: [
+        Sample((), {"shape": s, "dtype": d, "dist": dist, "rng": _PatternRandom()})
+        for s, d, dist in [((4, 5), np.float32, "normal"), ((7,), np.float64, "uniform")]
+    ],
+    doc="Samples of shape ``shape`` (float32 or float64) from ``rng``: standard normal "
+    "(dist='normal') or uniform on [0, 1) (dist='uniform'). Compiled plans draw afresh on "
+    "every replay. Not differentiable.",
+)
+
 
 def _dropout_mask(x, p, rng):
+    _log_rng(rng)
     keep = rng.random(x.shape, dtype=x.dtype if x.dtype == np.float32 else np.float64) >= p
     mask = keep.astype(x.dtype)
     mask *= x.dtype.type(1.0 / (1.0 - p))

@@ -7,7 +7,8 @@ import numpy as np
 from ..backend import unbroadcast
 from ..errors import ShapeError
 from . import samples as S
-from .registry import Sample, primitive
+from .registry import Sample, primitive, run
+from .shape import _permute
 
 
 def _as_matrices(a, b, g):
@@ -16,15 +17,21 @@ def _as_matrices(a, b, g):
     b2 = b[:, None] if b.ndim == 1 else b
     g2 = g
     if a.ndim == 1:
-        g2 = np.expand_dims(g2, -2 if b.ndim > 1 else 0)
+        g2 = g2[..., None, :] if b.ndim > 1 else g2[None]
     if b.ndim == 1:
-        g2 = np.expand_dims(g2, -1)
+        g2 = g2[..., None]
     return a2, b2, g2
+
+
+def _swap_last(m):
+    """The matrices of ``m`` transposed (a view)."""
+    axes = tuple(range(m.ndim - 2)) + (m.ndim - 1, m.ndim - 2)
+    return run(_permute, m, axes=axes)
 
 
 def _vjp_a(g, out, a, b):
     a2, b2, g2 = _as_matrices(a, b, g)
-    return unbroadcast(np.matmul(g2, np.swapaxes(b2, -1, -2)), a2.shape).reshape(a.shape)
+    return unbroadcast(run(matmul, g2, _swap_last(b2)), a2.shape).reshape(a.shape)
 
 
 def transposed_layout(b) -> bool:
@@ -36,10 +43,10 @@ def transposed_layout(b) -> bool:
 
 
 def _vjp_b(g, out, a, b):
-    if a.ndim == 2 and transposed_layout(b):
+    if a.ndim == 2 and isinstance(b, np.ndarray) and transposed_layout(b):
         return np.matmul(g.T, a).T
     a2, b2, g2 = _as_matrices(a, b, g)
-    return unbroadcast(np.matmul(np.swapaxes(a2, -1, -2), g2), b2.shape).reshape(b.shape)
+    return unbroadcast(run(matmul, _swap_last(a2), g2), b2.shape).reshape(b.shape)
 
 
 def _samples(rng):

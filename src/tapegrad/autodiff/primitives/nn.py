@@ -40,7 +40,9 @@ from ..errors import DTypeError, ShapeError
 from ..kernels import max_pool_backward, max_pool_forward, scatter_add_rows
 from ..kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from . import samples as S
-from .registry import Sample, primitive
+from .elementwise import sigmoid
+from .reduce import _logsumexp, _softmax, _sum
+from .registry import Sample, primitive, run
 
 __all__ = [
     "conv1d",
@@ -248,6 +250,7 @@ _conv1d = primitive(
     reference=_conv_reference,
     samples=_conv_samples(1),
     aux=True,
+    higher_order=False,
     doc="1-d cross-correlation of (N, C, L) with (O, C, K) (+ bias (O,)), with stride and zero "
     "padding; one matmul per kernel tap at stride 1, im2col + one batched matmul otherwise.",
 )
@@ -258,6 +261,7 @@ _conv2d = primitive(
     reference=_conv_reference,
     samples=_conv_samples(2),
     aux=True,
+    higher_order=False,
     doc="2-d cross-correlation of (N, C, H, W) with (O, C, KH, KW) (+ bias (O,)), with stride "
     "and zero padding; im2col + one batched matmul.",
 )
@@ -398,6 +402,7 @@ _max_pool1d = primitive(
     reference=_pool_reference,
     samples=_pool_samples(1),
     aux=True,
+    higher_order=False,
     doc="Max over length-K windows of (N, C, L) with a stride; the gradient goes to the first "
     "maximum of each window.",
 )
@@ -408,6 +413,7 @@ _max_pool2d = primitive(
     reference=_pool_reference,
     samples=_pool_samples(2),
     aux=True,
+    higher_order=False,
     doc="Max over KH x KW windows of (N, C, H, W) with a stride; the gradient goes to the first "
     "maximum of each window.",
 )
@@ -437,11 +443,15 @@ def max_pool2d(x, kernel_size, stride=None):
 
 
 # -- embedding -------------------------------------------------------------------------------
-def _embedding_vjp(g, out, weight, indices):
-    gw = np.zeros(weight.shape, dtype=g.dtype)
-    d = weight.shape[1]
+def _embedding_backward_fwd(g, indices, rows):
+    d = g.shape[-1]
+    gw = np.zeros((rows, d), dtype=g.dtype)
     scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
     return gw
+
+
+def _embedding_vjp(g, out, weight, indices):
+    return run(_embedding_backward, g, indices, rows=weight.shape[0])
 
 
 def _embedding_reference(weight, indices):
@@ -475,8 +485,24 @@ _embedding = primitive(
     (_embedding_vjp, None),
     reference=_embedding_reference,
     samples=_embedding_samples,
-    doc="Rows of the (V, D) table at integer indices of any shape; the VJP scatter-adds into the "
-    "table (repeated indices accumulate). Indices are not differentiable.",
+    doc="Rows of the (V, D) table at integer indices of any shape; the VJP is "
+    "embedding_backward (a scatter-add: repeated indices accumulate). Indices are not "
+    "differentiable.",
+)
+_embedding_backward = primitive(
+    "embedding_backward",
+    _embedding_backward_fwd,
+    (lambda g, out, h, indices, rows: run(_embedding, g, indices), None),
+    reference=lambda h, indices, rows: (
+        (indices.reshape(-1, 1) == np.arange(rows)).astype(h.dtype).T
+        @ h.reshape(-1, h.shape[-1])
+    ),
+    samples=lambda rng: [
+        Sample((S.values(rng, (5, 3)), np.array([0, 2, 2, 5, 0])), {"rows": 6}),
+        Sample((S.values(rng, (2, 3, 4)), np.array([[1, 1, 1], [4, 0, 1]])), {"rows": 5}),
+    ],
+    doc="embedding's VJP: the (rows, D) table of h's rows added at their indices (a compiled "
+    "scatter-add); its own VJP gathers, so embeddings are twice differentiable.",
 )
 
 
@@ -505,6 +531,11 @@ def embedding(weight, indices):
 
 
 # -- losses ----------------------------------------------------------------------------------
+def _plain(a):
+    """The array of a Tensor (class ids arrive as one inside a recorded rule)."""
+    return a.data if hasattr(a, "requires_grad") else a
+
+
 def _scale(g, reduction: str, count: int):
     """The output gradient as a multiplier of per-element gradients."""
     if reduction == "mean":
@@ -552,7 +583,12 @@ def _ce_fwd(logits, target, reduction):
 
 
 def _ce_vjp_logits(g, out, logits, target, reduction, aux):
-    p, _ = aux
+    return run(_ce_grad, logits, target, g, reduction=reduction, p=_saved(g, aux[0]))
+
+
+def _ce_grad_fwd(logits, target, g, reduction, p=None):
+    if p is None:
+        p = _ce_fwd(logits, target, "none")[1][0]
     if target.dtype.kind in "iu":
         gx = np.empty(p.shape, p.dtype)
         softmax_ce_backward(p, target, _multiplier(g, reduction, len(p)), gx)
@@ -564,14 +600,47 @@ def _ce_vjp_logits(g, out, logits, target, reduction, aux):
     return gx
 
 
+def _ce_grad_vjps():
+    """ce_grad = (softmax(x) * sum(t) - t) * k(g) row by row: its VJPs for x, t and g.
+    Class ids enter as a one-hot constant."""
+
+    def parts(logits, target, g, reduction):
+        t = target
+        if t.dtype.kind in "iu":
+            t = np.eye(logits.shape[1], dtype=logits.dtype)[_plain(t)]
+        k = _scale(g, reduction, logits.shape[0])
+        k = k.reshape((-1, 1)) if reduction == "none" else k
+        total = _row_sum(t)
+        return _softmax1(logits), t, total, k
+
+    def dx(h, out, logits, target, g, reduction, p=None):
+        s, _, total, k = parts(logits, target, g, reduction)
+        sh = s * h
+        return (sh - s * _row_sum(sh)) * total * k
+
+    def dt(h, out, logits, target, g, reduction, p=None):
+        if target.dtype.kind != "f":
+            return None
+        s, _, _, k = parts(logits, target, g, reduction)
+        return (_row_sum(s * h) - h) * k
+
+    def dg(h, out, logits, target, g, reduction, p=None):
+        s, t, total, _ = parts(logits, target, g, reduction)
+        e = _row_sum(h * (s * total - t))  # (N, 1)
+        if reduction == "none":
+            return e.reshape((-1,))
+        e = _sum_all(e)
+        return e / max(logits.shape[0], 1) if reduction == "mean" else e
+
+    return (dx, dt, dg)
+
+
 def _ce_vjp_target(g, out, logits, target, reduction, aux):
     if target.dtype.kind != "f":
         return None
-    _, lse = aux
+    lse = aux[1] if _saved(g, aux) is not None else _lse_rows(logits)
     k = _scale(g, reduction, logits.shape[0])
-    gt = lse - logits  # -log_softmax
-    gt *= k[:, None] if reduction == "none" else k
-    return gt
+    return (lse - logits) * (k.reshape((-1, 1)) if reduction == "none" else k)  # -log_softmax
 
 
 def _reduce_reference(loss, reduction):
@@ -603,6 +672,37 @@ def _ce_samples(rng):
     return out
 
 
+def _ce_grad_reference(logits, target, g, reduction, p=None):
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    s = e / e.sum(axis=1, keepdims=True)
+    t = np.eye(logits.shape[1])[target] if target.dtype.kind in "iu" else target
+    k = np.asarray(g) / (logits.shape[0] if reduction == "mean" else 1)
+    k = k.reshape(-1, 1) if reduction == "none" else k
+    return (s * t.sum(axis=1, keepdims=True) - t) * k
+
+
+def _ce_grad_samples(rng):
+    out = []
+    for r, gv in [("mean", np.asarray(1.3)), ("sum", np.asarray(-0.6)), ("none", None)]:
+        x = S.values(rng, (4, 3), -3, 3)
+        probs = rng.uniform(0.1, 1.0, (4, 3))
+        probs /= probs.sum(axis=1, keepdims=True)
+        g = S.values(rng, (4,)) if gv is None else gv
+        for t in (np.array([0, 2, 1, 2]), probs):
+            out.append(Sample((x, t, g), {"reduction": r}))
+    return out
+
+
+_ce_grad = primitive(
+    "ce_grad",
+    _ce_grad_fwd,
+    _ce_grad_vjps(),
+    reference=_ce_grad_reference,
+    samples=_ce_grad_samples,
+    doc="softmax_cross_entropy's VJP for the logits, (softmax(x) * sum(t) - t) * g (scaled by "
+    "the reduction), one compiled loop for class ids given the forward's saved softmax; "
+    "differentiable in x, probability targets and g.",
+)
 _softmax_cross_entropy = primitive(
     "softmax_cross_entropy",
     _ce_fwd,
@@ -664,9 +764,45 @@ def _bce_fwd(logits, target, reduction):
 
 
 def _bce_vjp_logits(g, out, logits, target, reduction, aux):
-    gx = np.empty(aux.shape, aux.dtype)
-    bce_backward(aux, target, _multiplier(g, reduction, logits.size), gx)
+    return run(_bce_grad, logits, target, g, reduction=reduction, sig=_saved(g, aux))
+
+
+def _saved(g, array):
+    """The forward's saved array for the first-order pass; None in a recorded one, whose
+    equation must recompute it (a plan replays it, and the array is this call's)."""
+    return None if hasattr(g, "requires_grad") else array
+
+
+def _bce_grad_fwd(logits, target, g, reduction, sig=None):
+    if sig is None:
+        sig = np.empty(logits.shape, logits.dtype)
+        bce_forward(logits, target, sig, np.empty(logits.shape, logits.dtype))
+    gx = np.empty(sig.shape, sig.dtype)
+    bce_backward(sig, target, _multiplier(g, reduction, logits.size), gx)
     return gx
+
+
+def _bce_grad_vjps():
+    """bce_grad = (sigmoid(x) - t) * k(g): its VJPs for x, t and g."""
+
+    def k(g, logits, reduction):
+        return _scale(g, reduction, logits.size)
+
+    def dx(h, out, logits, target, g, reduction, sig=None):
+        s = run(sigmoid, logits)
+        return h * s * (1 - s) * k(g, logits, reduction)
+
+    def dt(h, out, logits, target, g, reduction, sig=None):
+        return -h * k(g, logits, reduction)
+
+    def dg(h, out, logits, target, g, reduction, sig=None):
+        e = h * (run(sigmoid, logits) - target)
+        if reduction == "none":
+            return e
+        total = _sum_all(e)
+        return total / max(logits.size, 1) if reduction == "mean" else total
+
+    return (dx, dt, dg)
 
 
 def _bce_vjp_target(g, out, logits, target, reduction, aux):
@@ -691,6 +827,25 @@ def _bce_samples(rng):
     return out
 
 
+_bce_grad = primitive(
+    "bce_grad",
+    _bce_grad_fwd,
+    _bce_grad_vjps(),
+    reference=lambda logits, target, g, reduction, sig=None: (
+        1 / (1 + np.exp(-logits)) - target
+    )
+    * (np.asarray(g) / (logits.size if reduction == "mean" else 1)),
+    samples=lambda rng: [
+        Sample((x, t, np.asarray(gv)), {"reduction": r})
+        for r, x, t, gv in [
+            ("mean", S.values(rng, (4, 1), -3, 3), rng.uniform(0, 1, (4, 1)), 1.3),
+            ("sum", S.values(rng, (2, 3), -3, 3), rng.uniform(0, 1, (2, 3)), -0.7),
+            ("none", S.values(rng, (5,), -3, 3), rng.uniform(0, 1, (5,)), S.values(rng, (5,))),
+        ]
+    ],
+    doc="bce_with_logits' VJP for the logits, (sigmoid(x) - t) * g (scaled by the reduction), "
+    "one compiled loop given the forward's saved sigmoid; differentiable in x, t and g.",
+)
 _bce_with_logits = primitive(
     "bce_with_logits",
     _bce_fwd,
@@ -723,3 +878,19 @@ def bce_with_logits(logits, target, reduction: str = "mean"):
     if ta.shape != la.shape:
         raise ShapeError(f"{op}: target must have the logits' shape {la.shape}, got {ta.shape}")
     return _bce_with_logits(logits, target, reduction=reduction)
+
+
+def _row_sum(x):
+    return run(_sum, x, axis=(1,), keepdims=True)
+
+
+def _sum_all(x):
+    return run(_sum, x, axis=tuple(range(x.ndim)), keepdims=False)
+
+
+def _softmax1(x):
+    return run(_softmax, x, axis=1)
+
+
+def _lse_rows(x):
+    return run(_logsumexp, x, axis=(1,), keepdims=True)

@@ -132,6 +132,7 @@ rnn_scan = primitive(
     _vjp,
     reference=_reference,
     samples=_samples,
+    higher_order=False,
     doc="The Elman recurrence over all time steps: hs[t] = act(xp[t] + hs[t-1] @ whh.T); "
     "zero_h0=True starts from the zero state (h0 unread, its gradient zero).",
 )
@@ -276,6 +277,7 @@ lstm_scan = primitive(
     reference=_lstm_reference,
     samples=_lstm_samples,
     aux=True,
+    higher_order=False,
     doc="The LSTM recurrence over all time steps; out[0] holds the hidden, out[1] the cell "
     "states, (2, T, N, H).",
 )
@@ -375,6 +377,7 @@ gru_scan = primitive(
     reference=_gru_reference,
     samples=_gru_samples,
     aux=True,
+    higher_order=False,
     doc="The GRU recurrence over all time steps: hidden states (T, N, H).",
 )
 

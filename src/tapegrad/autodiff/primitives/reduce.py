@@ -12,7 +12,9 @@ import numpy as np
 
 from ..backend import expand_reduced, normalize_axis
 from . import samples as S
-from .registry import Sample, primitive
+from .elementwise import exp
+from .registry import Sample, primitive, run
+from .shape import _broadcast_to
 
 _AXES_CASES = [
     ((2, 3, 4), None, False),
@@ -41,7 +43,7 @@ def _reduce_samples(make=S.values, cases=_AXES_CASES, allow_empty=True):
 
 
 def _grad_back(g, x, axis, keepdims):
-    return np.broadcast_to(expand_reduced(g, x.ndim, axis, keepdims), x.shape)
+    return run(_broadcast_to, expand_reduced(g, x.ndim, axis, keepdims), shape=x.shape)
 
 
 _sum = primitive(
@@ -76,7 +78,7 @@ def _extreme_vjp(g, out, x, axis, keepdims):
     # The gradient goes to the entries equal to the extreme, shared equally between ties.
     o = expand_reduced(out, x.ndim, axis, keepdims)
     mask = x == o
-    count = np.sum(mask, axis=axis, keepdims=True)
+    count = run(_sum, mask, axis=axis, keepdims=True)
     return expand_reduced(g, x.ndim, axis, keepdims) * mask / count
 
 
@@ -107,7 +109,7 @@ def _logsumexp_fwd(x, axis, keepdims):
 
 def _logsumexp_vjp(g, out, x, axis, keepdims):
     o = expand_reduced(out, x.ndim, axis, keepdims)
-    return expand_reduced(g, x.ndim, axis, keepdims) * np.exp(x - o)
+    return expand_reduced(g, x.ndim, axis, keepdims) * run(exp, x - o)
 
 
 _logsumexp = primitive(
@@ -128,7 +130,7 @@ def _softmax_fwd(x, axis):
 
 def _softmax_vjp(g, out, x, axis):
     gs = g * out
-    return gs - out * np.sum(gs, axis=axis, keepdims=True)
+    return gs - out * run(_sum, gs, axis=axis, keepdims=True)
 
 
 def _log_softmax_fwd(x, axis):
@@ -137,7 +139,7 @@ def _log_softmax_fwd(x, axis):
 
 
 def _log_softmax_vjp(g, out, x, axis):
-    return g - np.exp(out) * np.sum(g, axis=axis, keepdims=True)
+    return g - run(exp, out) * run(_sum, g, axis=axis, keepdims=True)
 
 
 def _softmax_samples(rng):
@@ -188,11 +190,18 @@ min = _reducer(_min, "Minimum")  # noqa: A001
 logsumexp = _reducer(_logsumexp, "log(sum(exp(x))) (stable)")
 
 
+def _one_axis(axis, x):
+    axes = normalize_axis(axis, _ndim(x))
+    if len(axes) > 1:
+        raise ValueError(f"expected one axis, got {axis}")
+    return axes[0] if axes else ()  # a 0-d x: nothing to normalise over
+
+
 def softmax(x, axis: int = -1):
     """Softmax along ``axis``, stable for large inputs."""
-    return _softmax(x, axis=normalize_axis(axis, _ndim(x))[0])
+    return _softmax(x, axis=_one_axis(axis, x))
 
 
 def log_softmax(x, axis: int = -1):
     """Log-softmax along ``axis``, stable for large inputs."""
-    return _log_softmax(x, axis=normalize_axis(axis, _ndim(x))[0])
+    return _log_softmax(x, axis=_one_axis(axis, x))

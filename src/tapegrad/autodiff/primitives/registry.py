@@ -19,6 +19,15 @@ or, for primitives with a variable number of inputs, a single rule::
 
     vjp(g, out, needs, *arrays, **attrs) -> sequence of grads   # needs[i]: input i wants one
 
+VJP rules are written with primitives: a rule calls another primitive through :func:`run`,
+which is that primitive's forward on ndarrays (the first-order backward pass, no graph) and the
+recorded operation on Tensors (``backward(create_graph=True)``, :func:`tapegrad.gradients`), so
+the same rule gives first derivatives fast and higher derivatives by differentiating it.
+A fused backward kernel is a primitive of its own with its own VJP (``embedding_backward``,
+``ce_grad``, ``bce_grad``); primitives whose rules still call kernels directly (convolution,
+max pooling, the recurrent scans) say ``higher_order=False``: a gradient graph through them
+raises :class:`GraphError` naming them.
+
 With ``aux=True`` the forward returns ``(out, aux)`` and every rule also receives ``aux=aux``.
 With ``broadcasting=True`` the engine undoes broadcasting of each input gradient (one shared
 helper, :func:`tapegrad.autodiff.backend.unbroadcast`), checks that float inputs share one dtype,
@@ -58,6 +67,7 @@ class Primitive:
         "aux",
         "differentiable",
         "diff_mask",
+        "higher_order",
         "doc",
     )
 
@@ -71,9 +81,11 @@ class Primitive:
         samples: Callable[[np.random.Generator], list[Sample]] | None = None,
         broadcasting: bool = False,
         aux: bool = False,
+        higher_order: bool = True,
         doc: str = "",
     ):
         self.name = name
+        self.higher_order = higher_order
         self.forward = forward
         if vjp is None:
             self.vjps, self.vjp_all, self.differentiable = (), None, False
@@ -101,6 +113,19 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def run(prim: Primitive, *args, **attrs):
+    """``prim`` inside a VJP rule: its forward on arrays, the recorded operation when any
+    argument is a Tensor (a rule being differentiated)."""
+    for a in args:
+        if isinstance(a, _Tensor):
+            return _engine_apply(prim, *args, **attrs)
+    return prim.forward(*args, **attrs)
+
+
+class _Tensor:  # replaced by the Tensor class when the engine is imported (as _engine_apply)
+    pass
 
 
 def _engine_apply(prim, *args, **attrs):

@@ -10,7 +10,7 @@ import numpy as np
 from ..backend import normalize_axis, unbroadcast
 from ..errors import ShapeError
 from . import samples as S
-from .registry import Sample, primitive
+from .registry import Sample, primitive, run
 
 
 def _data(x):
@@ -81,7 +81,7 @@ def expand_dims(x, axis):
 _permute = primitive(
     "permute",
     lambda x, axes: np.transpose(x, axes),
-    (lambda g, out, x, axes: np.transpose(g, np.argsort(axes)),),
+    (lambda g, out, x, axes: run(_permute, g, axes=tuple(int(a) for a in np.argsort(axes))),),
     reference=lambda x, axes: np.einsum(x, list(range(x.ndim)), list(axes)),
     samples=lambda rng: [
         Sample((S.values(rng, s),), {"axes": a})
@@ -131,14 +131,18 @@ def broadcast_to(x, shape):
 
 
 # -- getitem -----------------------------------------------------------------------------------
-def _getitem_vjp(g, out, x, index):
-    gx = np.zeros(x.shape, dtype=g.dtype)
+def _scatter_fwd(g, shape, index):
+    gx = np.zeros(shape, dtype=g.dtype)
     parts = index if isinstance(index, tuple) else (index,)
     if any(isinstance(p, np.ndarray) and p.dtype.kind in "iu" for p in parts):
         np.add.at(gx, index, g)  # integer arrays may repeat: scatter-add
     else:
         gx[index] = g  # basic slices and boolean masks never repeat
     return gx
+
+
+def _getitem_vjp(g, out, x, index):
+    return run(_scatter, g, shape=x.shape, index=index)
 
 
 def _getitem_samples(rng):
@@ -172,10 +176,32 @@ _getitem = primitive(
 )
 
 
+_scatter = primitive(
+    "scatter",
+    _scatter_fwd,
+    (lambda g, out, x, shape, index: run(_getitem, g, index=index),),
+    reference=lambda x, shape, index: _scatter_reference(x, shape, index),
+    samples=lambda rng: [
+        Sample((S.values(rng, (4,)),), {"shape": (3, 2), "index": (np.array([0, 2, 2, 1]), 1)}),
+        Sample((S.values(rng, (2, 2)),), {"shape": (3, 2), "index": (slice(0, 2),)}),
+    ],
+    doc="The adjoint of getitem: a zero array of ``shape`` with x added at ``index`` (repeated "
+    "integer indices accumulate); its VJP is getitem.",
+)
+
+
+def _scatter_reference(x, shape, index):
+    out = np.zeros(shape)
+    flat = np.arange(int(np.prod(shape))).reshape(shape)[index]
+    for k, v in zip(np.ravel(flat), np.ravel(x)):
+        out.flat[k] += v
+    return out
+
+
 def _index_part(p):
     p = _data(p)
-    if isinstance(p, list):
-        p = np.asarray(p)
+    if isinstance(p, (list, tuple)):
+        p = np.asarray(p)  # a sequence inside an index tuple is an integer (or bool) array
     if isinstance(p, np.ndarray) and p.dtype.kind not in "iub":
         raise IndexError(f"getitem: index arrays must be integer or bool, got dtype {p.dtype}")
     return p
@@ -191,8 +217,12 @@ def getitem(x, index):
 
 # -- concatenate, stack ------------------------------------------------------------------------
 def _concat_vjp(g, out, needs, *xs, axis):
-    bounds = np.cumsum([x.shape[axis] for x in xs])[:-1]
-    return [p if need else None for p, need in zip(np.split(g, bounds, axis=axis), needs)]
+    grads, at = [], 0
+    for x, need in zip(xs, needs):
+        n = x.shape[axis]
+        grads.append(g[(slice(None),) * axis + (slice(at, at + n),)] if need else None)
+        at += n
+    return grads
 
 
 def _concat_samples(rng):
@@ -233,7 +263,7 @@ def concatenate(xs, axis: int = 0):
 
 
 def _stack_vjp(g, out, needs, *xs, axis):
-    return [np.take(g, i, axis=axis) if need else None for i, need in enumerate(needs)]
+    return [g[(slice(None),) * axis + (i,)] if need else None for i, need in enumerate(needs)]
 
 
 _stack = primitive(
