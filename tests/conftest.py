@@ -12,9 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # install of another checkout, a wheel); subprocesses (the CLI tests, MPI ranks) inherit the path.
 _SRC = str(ROOT / "src")
 sys.path.insert(0, _SRC)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (_SRC, os.environ.get("PYTHONPATH", "")) if p
-)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH", "")) if p)
 
 # Nothing may download during tests, whatever the machine can reach.
 os.environ["TAPEGRAD_OFFLINE"] = "1"

@@ -494,8 +494,7 @@ _embedding_backward = primitive(
     _embedding_backward_fwd,
     (lambda g, out, h, indices, rows: run(_embedding, g, indices), None),
     reference=lambda h, indices, rows: (
-        (indices.reshape(-1, 1) == np.arange(rows)).astype(h.dtype).T
-        @ h.reshape(-1, h.shape[-1])
+        (indices.reshape(-1, 1) == np.arange(rows)).astype(h.dtype).T @ h.reshape(-1, h.shape[-1])
     ),
     samples=lambda rng: [
         Sample((S.values(rng, (5, 3)), np.array([0, 2, 2, 5, 0])), {"rows": 6}),
@@ -832,9 +831,9 @@ _bce_grad = primitive(
     _bce_grad_fwd,
     _bce_grad_vjps(),
     reference=lambda logits, target, g, reduction, sig=None: (
-        1 / (1 + np.exp(-logits)) - target
-    )
-    * (np.asarray(g) / (logits.size if reduction == "mean" else 1)),
+        (1 / (1 + np.exp(-logits)) - target)
+        * (np.asarray(g) / (logits.size if reduction == "mean" else 1))
+    ),
     samples=lambda rng: [
         Sample((x, t, np.asarray(gv)), {"reduction": r})
         for r, x, t, gv in [
