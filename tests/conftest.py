@@ -23,6 +23,10 @@ def data_root() -> pathlib.Path:
     return pathlib.Path(os.environ.get("TAPEGRAD_DATA", ROOT.parent / "shared" / "data"))
 
 
+# Subprocesses (the CLI, MPI ranks) find the datasets where the fixtures do.
+os.environ["TAPEGRAD_DATA"] = str(data_root())
+
+
 @pytest.fixture(scope="session")
 def real_data() -> pathlib.Path:
     root = data_root()
