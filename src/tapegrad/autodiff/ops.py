@@ -5,18 +5,33 @@ from __future__ import annotations
 from .primitives.elementwise import (  # noqa: F401
     absolute,
     add,
+    arccos,
+    arccosh,
+    arcsin,
+    arcsinh,
+    arctan,
+    arctanh,
     astype,
+    ceil,
     clip,
     cos,
+    cosh,
     div,
     dropout_mask,
     equal,
+    erf,
     exp,
+    exp2,
+    expm1,
+    floor,
     greater,
     greater_equal,
     less,
     less_equal,
     log,
+    log1p,
+    log2,
+    log10,
     maximum,
     minimum,
     mul,
@@ -24,14 +39,21 @@ from .primitives.elementwise import (  # noqa: F401
     not_equal,
     power,
     random_draw,
+    reciprocal,
     relu,
+    round_,
+    rsqrt,
     sigmoid,
     sign,
     sin,
+    sinh,
     softplus,
     sqrt,
+    square,
     sub,
+    tan,
     tanh,
+    trunc,
     where,
 )
 from .primitives.linalg import matmul  # noqa: F401
@@ -62,5 +84,7 @@ from .primitives.shape import (  # noqa: F401
 
 abs = absolute  # noqa: A001
 pow = power  # noqa: A001
+round = round_  # noqa: A001  (round_ in the primitives' module: round is a builtin there)
+asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
 
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n != "annotations")

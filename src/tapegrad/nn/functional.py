@@ -28,6 +28,96 @@ sigmoid = ops.sigmoid
 softplus = ops.softplus
 
 
+def leaky_relu(x: ArrayLike, negative_slope: float = 0.01) -> Tensor:
+    """x where x > 0, ``negative_slope * x`` elsewhere."""
+    return ops.where(_t(x) > 0, x, _t(x) * negative_slope)
+
+
+def _exp_branch(x, alpha: float = 1.0):
+    # alpha * (exp(x / alpha) - 1) on min(x, 0): the branch where() leaves unselected never
+    # overflows, so its zero gradient stays zero (not 0 * inf)
+    return ops.expm1(ops.minimum(_t(x), 0.0) * (1.0 / alpha)) * alpha
+
+
+def elu(x: ArrayLike, alpha: float = 1.0) -> Tensor:
+    """x where x > 0, ``alpha * (exp(x) - 1)`` elsewhere."""
+    return ops.where(_t(x) > 0, x, _exp_branch(x) * alpha)
+
+
+def selu(x: ArrayLike) -> Tensor:
+    """Self-normalising ELU with the usual constants (scale 1.0507..., alpha 1.6732...)."""
+    return elu(x, _SELU_ALPHA) * _SELU_SCALE
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
+
+
+def celu(x: ArrayLike, alpha: float = 1.0) -> Tensor:
+    """x where x > 0, ``alpha * (exp(x / alpha) - 1)`` elsewhere."""
+    return ops.where(_t(x) > 0, x, _exp_branch(x, alpha))
+
+
+def gelu(x: ArrayLike, approximate: str = "none") -> Tensor:
+    """``x * Phi(x)``: exact through erf (``approximate="none"``, slow: erf runs in Python) or
+    with the tanh approximation (``"tanh"``)."""
+    x = _t(x)
+    if approximate == "tanh":
+        inner = (x + x * x * x * 0.044715) * float(np.sqrt(2 / np.pi))
+        return x * (ops.tanh(inner) + 1.0) * 0.5
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return x * (ops.erf(x * float(1 / np.sqrt(2))) + 1.0) * 0.5
+
+
+def silu(x: ArrayLike) -> Tensor:
+    """``x * sigmoid(x)`` (swish)."""
+    return _t(x) * ops.sigmoid(x)
+
+
+def mish(x: ArrayLike) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    return _t(x) * ops.tanh(ops.softplus(x))
+
+
+def hardtanh(x: ArrayLike, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """x clipped to [min_val, max_val]."""
+    return ops.clip(x, min_val, max_val)
+
+
+def relu6(x: ArrayLike) -> Tensor:
+    """x clipped to [0, 6]."""
+    return ops.clip(x, 0.0, 6.0)
+
+
+def hardsigmoid(x: ArrayLike) -> Tensor:
+    """``clip(x / 6 + 1 / 2, 0, 1)``."""
+    return ops.clip(_t(x) * (1.0 / 6.0) + 0.5, 0.0, 1.0)
+
+
+def hardswish(x: ArrayLike) -> Tensor:
+    """``x * hardsigmoid(x)``."""
+    return _t(x) * hardsigmoid(x)
+
+
+def softsign(x: ArrayLike) -> Tensor:
+    """``x / (1 + |x|)``."""
+    return _t(x) / (ops.absolute(x) + 1.0)
+
+
+def logsigmoid(x: ArrayLike) -> Tensor:
+    """``log(sigmoid(x)) = -softplus(-x)``, stable."""
+    return -ops.softplus(-_t(x))
+
+
+def softmin(x: ArrayLike, axis: int = -1) -> Tensor:
+    """``softmax(-x)`` along ``axis``."""
+    return ops.softmax(-_t(x), axis=axis)
+
+
+def _t(x) -> Tensor:
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
 def softmax(x: ArrayLike, axis: int = -1) -> Tensor:
     """Softmax along ``axis``."""
     return ops.softmax(x, axis)
@@ -355,6 +445,20 @@ __all__ = [
     "tanh",
     "sigmoid",
     "softplus",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "celu",
+    "gelu",
+    "silu",
+    "mish",
+    "hardtanh",
+    "relu6",
+    "hardsigmoid",
+    "hardswish",
+    "softsign",
+    "logsigmoid",
+    "softmin",
     "softmax",
     "log_softmax",
     "identity",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import samples as S
@@ -232,6 +234,126 @@ relu = primitive(
     broadcasting=True,
     doc="max(x, 0); the gradient at 0 is 0.",
 )
+
+
+# -- more unary math, one line each: forward, derivative (through ``run``: twice
+# differentiable), reference, sample range ------------------------------------------------------
+_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
+
+
+def _math(name, forward, derivative, reference, lo=-2.0, hi=2.0, gap=0.0, doc=""):
+    return primitive(
+        name,
+        forward,
+        (lambda g, out, x: g * derivative(x, out),),
+        reference=reference,
+        samples=S.unary(lo, hi, gap),
+        broadcasting=True,
+        doc=doc or f"Elementwise {name}.",
+    )
+
+
+log1p = _math("log1p", np.log1p, lambda x, out: 1 / (1 + x), lambda x: np.log(1 + x), -0.5, 2)
+expm1 = _math("expm1", np.expm1, lambda x, out: out + 1, lambda x: np.exp(x) - 1)
+log2 = _math("log2", np.log2, lambda x, out: 1 / (x * _LN2), lambda x: np.log(x) / _LN2, 0.2, 3)
+log10 = _math(
+    "log10", np.log10, lambda x, out: 1 / (x * _LN10), lambda x: np.log(x) / _LN10, 0.2, 3
+)
+exp2 = _math("exp2", np.exp2, lambda x, out: out * _LN2, lambda x: np.exp(x * _LN2))
+reciprocal = _math(
+    "reciprocal", np.reciprocal, lambda x, out: -(out * out), lambda x: 1.0 / x, 0.3, 2
+)
+rsqrt = _math(
+    "rsqrt",
+    lambda x: np.reciprocal(np.sqrt(x)),
+    lambda x, out: -0.5 * out / x,
+    lambda x: x**-0.5,
+    0.2,
+    3,
+    doc="1 / sqrt(x).",
+)
+square = _math("square", np.square, lambda x, out: 2 * x, lambda x: x * x)
+tan = _math("tan", np.tan, lambda x, out: 1 + out * out, lambda x: np.sin(x) / np.cos(x), -1.2, 1.2)
+arcsin = _math(
+    "asin",
+    np.arcsin,
+    lambda x, out: 1 / run(sqrt, 1 - x * x),
+    lambda x: np.arctan(x / np.sqrt(1 - x * x)),
+    -0.9,
+    0.9,
+)
+arccos = _math(
+    "acos",
+    np.arccos,
+    lambda x, out: -1 / run(sqrt, 1 - x * x),
+    lambda x: np.pi / 2 - np.arcsin(x),
+    -0.9,
+    0.9,
+)
+arctan = _math(
+    "atan", np.arctan, lambda x, out: 1 / (1 + x * x), lambda x: np.arcsin(x / np.sqrt(1 + x * x))
+)
+sinh = _math("sinh", np.sinh, lambda x, out: run(cosh, x), lambda x: (np.exp(x) - np.exp(-x)) / 2)
+cosh = _math("cosh", np.cosh, lambda x, out: run(sinh, x), lambda x: (np.exp(x) + np.exp(-x)) / 2)
+arcsinh = _math(
+    "asinh",
+    np.arcsinh,
+    lambda x, out: 1 / run(sqrt, x * x + 1),
+    lambda x: np.log(x + np.sqrt(x * x + 1)),
+)
+arccosh = _math(
+    "acosh",
+    np.arccosh,
+    lambda x, out: 1 / run(sqrt, x * x - 1),
+    lambda x: np.log(x + np.sqrt(x * x - 1)),
+    1.2,
+    3,
+)
+arctanh = _math(
+    "atanh",
+    np.arctanh,
+    lambda x, out: 1 / (1 - x * x),
+    lambda x: 0.5 * np.log((1 + x) / (1 - x)),
+    -0.9,
+    0.9,
+)
+
+
+_erf_ufunc = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    # NumPy has no erf: Python's (correctly rounded in float64), one call per element. Exact
+    # GELU needs it; the tanh approximation is the fast form.
+    return np.asarray(_erf_ufunc(x), dtype=np.float64).astype(x.dtype)
+
+
+erf = _math(
+    "erf",
+    _erf,
+    lambda x, out: (2 / math.sqrt(math.pi)) * run(exp, -(x * x)),
+    lambda x: np.array([math.erf(v) for v in np.ravel(x)]).reshape(np.shape(x)),
+    doc="The error function (float64-exact, elementwise in Python: not a fast kernel).",
+)
+
+
+def _rounding(name, fn, reference):
+    return primitive(
+        name,
+        fn,
+        None,
+        reference=reference,
+        samples=S.unary(-3, 3, gap=0.1),
+        broadcasting=True,
+        doc=f"Elementwise {name}; piecewise constant, so its derivative is zero (not "
+        "differentiable).",
+    )
+
+
+floor = _rounding("floor", np.floor, lambda x: x - np.mod(x, 1.0))
+ceil = _rounding("ceil", np.ceil, lambda x: -np.floor(-x))
+trunc = _rounding("trunc", np.trunc, lambda x: np.sign(x) * np.floor(np.abs(x)))
+round_ = _rounding("round", np.round, lambda x: np.floor(x + 0.5))  # samples avoid .5 ties
 
 
 def _softplus(x):
