@@ -60,13 +60,21 @@ from .primitives.linalg import matmul  # noqa: F401
 from .primitives.nn import *  # noqa: F401,F403
 from .primitives.recurrent import gru_scan, lstm_scan, rnn_scan  # noqa: F401
 from .primitives.reduce import (  # noqa: F401
+    all,
+    any,
+    argmax,
+    argmin,
     log_softmax,
     logsumexp,
     max,
     mean,
     min,
+    norm,
     softmax,
+    std,
+    std_mean,
     sum,
+    var,
 )
 from .primitives.shape import (  # noqa: F401
     broadcast_to,

@@ -438,6 +438,9 @@ class _PatternRandom:
     def standard_normal(self, shape, dtype=np.float64):
         return (self.random(shape, dtype) - dtype(0.5)) * dtype(3.0)
 
+    def integers(self, low, high, size, dtype=np.int64):
+        return (low + np.floor(self.random(size) * (high - low))).astype(dtype)
+
 
 RNG_LOG: list | None = None
 """While a list (``tg.checkpoint``'s first forward), each generator a random primitive is about
@@ -449,28 +452,39 @@ def _log_rng(rng) -> None:
         RNG_LOG.append((rng, rng.bit_generator.state))
 
 
-def _random(shape, dtype, dist, rng):
+def _random(shape, dtype, dist, rng, low=0, high=None):
     _log_rng(rng)
+    if dist == "integers":
+        return rng.integers(low, high, size=shape, dtype=dtype)
     draw = rng.standard_normal if dist == "normal" else rng.random
     return draw(shape, dtype=dtype)
+
+
+def _random_reference(shape, dtype, dist, rng, low=0, high=None):
+    pattern = _PatternRandom()
+    if dist == "integers":
+        return pattern.integers(low, high, shape, dtype)
+    if dist == "normal":
+        return pattern.standard_normal(shape, dtype)
+    return pattern.random(shape, dtype)
 
 
 random_draw = primitive(
     "random_draw",
     _random,
     None,
-    reference=lambda shape, dtype, dist, rng: (
-        _PatternRandom().standard_normal(shape, dtype)
-        if dist == "normal"
-        else _PatternRandom().random(shape, dtype)
-    ),
+    reference=_random_reference,
     samples=lambda rng: [
-        Sample((), {"shape": s, "dtype": d, "dist": dist, "rng": _PatternRandom()})
-        for s, d, dist in [((4, 5), np.float32, "normal"), ((7,), np.float64, "uniform")]
+        Sample((), {"shape": s, "dtype": d, "dist": dist, "rng": _PatternRandom(), **bounds})
+        for s, d, dist, bounds in [
+            ((4, 5), np.float32, "normal", {}),
+            ((7,), np.float64, "uniform", {}),
+            ((3, 2), np.int64, "integers", {"low": -2, "high": 5}),
+        ]
     ],
-    doc="Samples of shape ``shape`` (float32 or float64) from ``rng``: standard normal "
-    "(dist='normal') or uniform on [0, 1) (dist='uniform'). Compiled plans draw afresh on "
-    "every replay. Not differentiable.",
+    doc="Samples of shape ``shape`` from ``rng``: standard normal (dist='normal'), uniform on "
+    "[0, 1) (dist='uniform'), or integers in [low, high) (dist='integers'). Compiled plans "
+    "draw afresh on every replay. Not differentiable.",
 )
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..backend import expand_reduced, normalize_axis
 from . import samples as S
-from .elementwise import exp
+from .elementwise import absolute, exp, power, sqrt
 from .registry import Sample, primitive, run
 from .shape import _broadcast_to
 
@@ -188,6 +188,86 @@ mean = _reducer(_mean, "Mean")
 max = _reducer(_max, "Maximum")  # noqa: A001
 min = _reducer(_min, "Minimum")  # noqa: A001
 logsumexp = _reducer(_logsumexp, "log(sum(exp(x))) (stable)")
+
+
+# -- composites: statistics and norms from the primitives above (so differentiable twice) ------
+def var(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """Variance over ``axis``: the sum of squared deviations over ``n - correction`` (1:
+    unbiased, PyTorch's default; 0: the population variance)."""
+    axes = normalize_axis(axis, _ndim(x))
+    n = int(np.prod([np.shape(_plain(x))[a] for a in axes], dtype=np.int64))
+    d = x - mean(x, axes, keepdims=True)
+    return sum(d * d, axes, keepdims) / builtins.max(n - correction, 0)
+
+
+def std(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """Standard deviation: the square root of :func:`var`."""
+    return sqrt(var(x, axis, correction, keepdims))
+
+
+def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
+    """``(std, mean)`` over ``axis``."""
+    return std(x, axis, correction, keepdims), mean(x, axis, keepdims)
+
+
+def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's name
+    """The vector ``ord``-norm over ``axis`` (all entries by default): 2, 1, inf, -inf or any
+    p > 0. The 2-norm's gradient at the zero vector is NaN (0/0), as the formula says."""
+    axes = normalize_axis(axis, _ndim(x))
+    a = absolute(x)
+    if ord == 2:
+        return sqrt(sum(x * x, axes, keepdims))
+    if ord == 1:
+        return sum(a, axes, keepdims)
+    if ord == np.inf:
+        return max(a, axes, keepdims)
+    if ord == -np.inf:
+        return min(a, axes, keepdims)
+    if not ord > 0:
+        raise ValueError(f"norm: ord must be positive or +-inf, got {ord}")
+    return power(sum(power(a, float(ord)), axes, keepdims), 1.0 / ord)
+
+
+def _index_reduction(fn, name):
+    def reduce(x, axis=None, keepdims: bool = False):
+        a = _plain(x)
+        if axis is None:
+            out = fn(a.reshape(-1))
+            return _tensor(np.asarray(out).reshape((1,) * a.ndim if keepdims else ()))
+        axes = normalize_axis(axis, a.ndim)
+        if not axes:  # a 0-d x: its one entry is at index 0
+            return _tensor(np.zeros((), np.int64))
+        return _tensor(np.asarray(fn(a, axis=axes[0], keepdims=keepdims)))
+
+    reduce.__name__ = name
+    reduce.__doc__ = f"{name} over ``axis`` (None: all entries); int64, not differentiable."
+    return reduce
+
+
+argmax = _index_reduction(np.argmax, "argmax")
+argmin = _index_reduction(np.argmin, "argmin")
+
+
+def all(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """Whether every entry over ``axis`` is nonzero (bool, not differentiable)."""
+    a = _plain(x)
+    return _tensor(np.asarray(np.all(a, axis=normalize_axis(axis, a.ndim), keepdims=keepdims)))
+
+
+def any(x, axis=None, keepdims: bool = False):  # noqa: A001
+    """Whether some entry over ``axis`` is nonzero (bool, not differentiable)."""
+    a = _plain(x)
+    return _tensor(np.asarray(np.any(a, axis=normalize_axis(axis, a.ndim), keepdims=keepdims)))
+
+
+def _tensor(a):
+    from ..tensor import Tensor  # below the tensor module in the import order
+
+    return Tensor(a)
+
+
+def _plain(x):
+    return np.asarray(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x)
 
 
 def _one_axis(axis, x):

@@ -1,0 +1,146 @@
+"""Tensors made from nothing: constants (``zeros``, ``arange``, ``eye``, ``one_hot``, ...) and
+random draws (``randn``, ``rand``, ``randint``).
+
+Shapes are given either way PyTorch users write them: ``zeros(2, 3)`` or ``zeros((2, 3))``.
+Random draws come from a ``np.random.Generator`` (``rng=``, else ``nn.init``'s default generator,
+which ``tg.manual_seed`` resets) through the primitive ``random_draw``, so a compiled step draws
+afresh on every call (and draws the same numbers as eager code would); constants made inside a
+compiled step are constants of its plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import nn
+from .autodiff import ops
+from .autodiff.backend import DEFAULT_DTYPE
+from .autodiff.errors import ShapeError
+from .autodiff.tensor import Tensor
+
+
+def _shape(shape) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(n) for n in shape)
+
+
+def zeros(*shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
+    return Tensor(np.zeros(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+
+
+def ones(*shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
+    """A tensor of ones: ``ones(2, 3)`` or ``ones((2, 3))``."""
+    return Tensor(np.ones(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+
+
+def full(shape, fill_value, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
+    """A tensor of ``shape`` (an int or a tuple) filled with ``fill_value``."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return Tensor(np.full(shape, fill_value, dtype=dtype), requires_grad=requires_grad)
+
+
+def _like(x):
+    return np.asarray(x.data if isinstance(x, Tensor) else x)
+
+
+def zeros_like(x, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Zeros shaped like ``x``, in its dtype unless ``dtype`` says otherwise."""
+    return Tensor(np.zeros_like(_like(x), dtype=dtype), requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad: bool = False) -> Tensor:
+    """Ones shaped like ``x``, in its dtype unless ``dtype`` says otherwise."""
+    return Tensor(np.ones_like(_like(x), dtype=dtype), requires_grad=requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
+    """``fill_value`` shaped like ``x``, in its dtype unless ``dtype`` says otherwise."""
+    return Tensor(np.full_like(_like(x), fill_value, dtype=dtype), requires_grad=requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    """``start, start + step, ...`` below ``stop`` (``arange(n)``: 0..n-1). Integer arguments give
+    int64, float ones float32, unless ``dtype`` says otherwise."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    if dtype is None:
+        whole = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+        dtype = np.int64 if whole else DEFAULT_DTYPE
+    return Tensor(np.arange(start, stop, step, dtype=dtype))
+
+
+def linspace(start: float, stop: float, num: int, dtype=DEFAULT_DTYPE) -> Tensor:
+    """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
+    if num < 0:
+        raise ValueError(f"linspace: num must be >= 0, got {num}")
+    return Tensor(np.linspace(start, stop, int(num), dtype=dtype))
+
+
+def eye(n: int, m: int | None = None, dtype=DEFAULT_DTYPE) -> Tensor:
+    """The ``n x m`` identity (``m`` defaults to ``n``)."""
+    return Tensor(np.eye(n, m, dtype=dtype))
+
+
+def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
+    """``indices.shape + (num_classes,)``: 1 at each index, 0 elsewhere (int64 like PyTorch;
+    ``dtype=np.float32`` for a float target). ``num_classes=-1``: the largest index + 1."""
+    idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"one_hot: indices must be integers, got dtype {idx.dtype}")
+    if num_classes < 0:
+        num_classes = int(idx.max()) + 1 if idx.size else 0
+    if idx.size and (idx.min() < 0 or idx.max() >= num_classes):
+        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+        raise ShapeError(f"one_hot: index {bad} is out of range for {num_classes} classes")
+    return Tensor(np.eye(num_classes, dtype=dtype)[idx])
+
+
+# -- random draws ---------------------------------------------------------------------------------
+def _draw(shape, dtype, dist, rng, **bounds) -> Tensor:
+    dtype = np.dtype(dtype)
+    kinds = "iu" if dist == "integers" else "f"
+    if dtype.kind not in kinds or (dist != "integers" and dtype not in (np.float32, np.float64)):
+        what = "integers" if dist == "integers" else "float32 or float64"
+        raise TypeError(f"random samples here are {what}, not {dtype}")
+    gen = rng if rng is not None else nn.init.default_generator()
+    return ops.random_draw(shape=_shape(shape), dtype=dtype.type, dist=dist, rng=gen, **bounds)
+
+
+def randn(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None) -> Tensor:
+    """Standard-normal samples, ``randn(2, 3)`` or ``randn((2, 3))``, drawn from ``rng``
+    (``nn.init``'s default generator when None). A compiled step draws afresh on every call."""
+    return _draw(shape, dtype, "normal", rng)
+
+
+def rand(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None) -> Tensor:
+    """Uniform samples on [0, 1); see :func:`randn`."""
+    return _draw(shape, dtype, "uniform", rng)
+
+
+def randint(
+    low: int, high: int, shape, dtype=np.int64, rng: np.random.Generator | None = None
+) -> Tensor:
+    """Integers uniform in [low, high) of ``shape`` (an int or a tuple); see :func:`randn`."""
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be above low ({low})")
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    return _draw((shape,), dtype, "integers", rng, low=int(low), high=int(high))
+
+
+def _float_dtype(x):
+    dtype = _like(x).dtype
+    return dtype if dtype.kind == "f" else DEFAULT_DTYPE
+
+
+def randn_like(x, rng: np.random.Generator | None = None) -> Tensor:
+    """Standard-normal samples shaped like ``x``, in its float dtype; see :func:`randn`."""
+    return _draw((np.shape(_like(x)),), _float_dtype(x), "normal", rng)
+
+
+def rand_like(x, rng: np.random.Generator | None = None) -> Tensor:
+    """Uniform samples on [0, 1) shaped like ``x``; see :func:`randn`."""
+    return _draw((np.shape(_like(x)),), _float_dtype(x), "uniform", rng)
