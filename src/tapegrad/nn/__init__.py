@@ -31,7 +31,17 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .losses import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from .losses import (
+    BCELoss,
+    BCEWithLogitsLoss,
+    CrossEntropyLoss,
+    HuberLoss,
+    KLDivLoss,
+    L1Loss,
+    MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
+)
 from .module import LoadResult, Module, ModuleList, Sequential, StateDictError
 from .parameter import Parameter
 
@@ -69,4 +79,10 @@ __all__ = [
     "CrossEntropyLoss",
     "BCEWithLogitsLoss",
     "MSELoss",
+    "L1Loss",
+    "SmoothL1Loss",
+    "HuberLoss",
+    "BCELoss",
+    "KLDivLoss",
+    "NLLLoss",
 ]

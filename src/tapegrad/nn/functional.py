@@ -425,19 +425,131 @@ def binary_cross_entropy_with_logits(logits: Tensor, target, reduction: str = "m
     return ops.bce_with_logits(logits, _float_target(name, target, logits), reduction=reduction)
 
 
-def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Mean squared error ``(input - target)^2``, averaged ("mean"), summed or per entry."""
-    _check_reduction("mse_loss", reduction)
+def _pointwise_loss(name: str, input: Tensor, target, reduction: str, fn) -> Tensor:
+    """``fn(input, target)`` per entry (shapes must match; the target takes the input's float
+    dtype), then the reduction: "mean" over every entry, "sum", or "none"."""
+    _check_reduction(name, reduction)
     arr = _target_array(target)
     if arr.shape != input.shape:
-        raise ShapeError(f"mse_loss: target shape {arr.shape} differs from input {input.shape}")
-    d = input - (target if isinstance(target, Tensor) else _float_target("mse_loss", arr, input))
-    sq = d * d
+        raise ShapeError(f"{name}: target shape {arr.shape} differs from input {input.shape}")
+    t = target if isinstance(target, Tensor) else Tensor(_float_target(name, arr, input))
+    per = fn(input, t)
     if reduction == "mean":
-        return ops.mean(sq)
+        return ops.mean(per)
     if reduction == "sum":
-        return ops.sum(sq)
-    return sq
+        return ops.sum(per)
+    return per
+
+
+def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Mean squared error ``(input - target)^2``, averaged ("mean"), summed or per entry."""
+
+    def sq(x, t):
+        d = x - t
+        return d * d
+
+    return _pointwise_loss("mse_loss", input, target, reduction, sq)
+
+
+def l1_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Mean absolute error ``|input - target|``."""
+    return _pointwise_loss("l1_loss", input, target, reduction, lambda x, t: ops.absolute(x - t))
+
+
+def smooth_l1_loss(input: Tensor, target, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - beta / 2`` elsewhere (``d = input -
+    target``; ``beta=0`` is the L1 loss)."""
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+
+    def smooth(x, t):
+        a = ops.absolute(x - t)
+        if beta == 0:
+            return a
+        return ops.where(a < beta, a * a * (0.5 / beta), a - 0.5 * beta)
+
+    return _pointwise_loss("smooth_l1_loss", input, target, reduction, smooth)
+
+
+def huber_loss(input: Tensor, target, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - delta / 2)`` elsewhere."""
+    if not delta > 0:
+        raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
+
+    def huber(x, t):
+        a = ops.absolute(x - t)
+        return ops.where(a < delta, a * a * 0.5, (a - 0.5 * delta) * delta)
+
+    return _pointwise_loss("huber_loss", input, target, reduction, huber)
+
+
+def binary_cross_entropy(input: Tensor, target, reduction: str = "mean") -> Tensor:
+    """Binary cross-entropy of probabilities ``input`` in [0, 1] against ``target``; each log is
+    clamped at -100, as PyTorch does, so a probability of exactly 0 or 1 stays finite.
+    (On logits, :func:`binary_cross_entropy_with_logits` is the stable form.)"""
+
+    def bce(p, t):
+        log_p = ops.maximum(ops.log(p), -100.0)
+        log_q = ops.maximum(ops.log(1.0 - p), -100.0)
+        return -(t * log_p + (1.0 - t) * log_q)
+
+    with np.errstate(divide="ignore"):
+        return _pointwise_loss("binary_cross_entropy", input, target, reduction, bce)
+
+
+def kl_div(input: Tensor, target, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    """KL divergence with ``input`` as log-probabilities: ``target * (log(target) - input)``
+    per entry (0 where target is 0), or with ``log_target`` ``exp(target) * (target -
+    input)``. ``reduction="batchmean"`` divides the sum by the batch size (the true KL
+    divergence per sample; "mean" averages over every entry, as PyTorch does)."""
+    batchmean = reduction == "batchmean"
+
+    def kl(x, t):
+        if log_target:
+            return ops.exp(t) * (t - x)
+        positive = t > 0
+        return ops.where(positive, t * (ops.log(ops.where(positive, t, 1.0)) - x), 0.0)
+
+    per = _pointwise_loss("kl_div", input, target, "sum" if batchmean else reduction, kl)
+    return per / max(input.shape[0], 1) if batchmean and input.ndim else per
+
+
+def nll_loss(
+    log_probs: Tensor, target, weight=None, ignore_index: int = -100, reduction: str = "mean"
+) -> Tensor:
+    """Negative log-likelihood of class ids ``target (N,)`` under ``log_probs (N, C)``, each
+    sample weighted by ``weight[target]`` (class weights ``(C,)``, default 1); samples whose
+    target is ``ignore_index`` count for nothing. "mean" divides by the weights' sum over the
+    counted samples, as PyTorch does."""
+    _check_reduction("nll_loss", reduction)
+    ids = _target_array(target)
+    if log_probs.ndim != 2 or ids.shape != (log_probs.shape[0],) or ids.dtype.kind not in "iu":
+        raise ShapeError(
+            f"nll_loss: expected log_probs (N, C) and integer targets (N,), got "
+            f"{log_probs.shape} and {ids.shape} {ids.dtype}"
+        )
+    n, c = log_probs.shape
+    keep = ids != ignore_index
+    if ((ids[keep] < 0) | (ids[keep] >= c)).any():
+        raise ShapeError(f"nll_loss: a target is out of range [0, {c}) for log_probs {(n, c)}")
+    safe = np.where(keep, ids, 0)
+    w = np.ones(c, log_probs.dtype) if weight is None else _target_array(weight)
+    if w.shape != (c,):
+        raise ShapeError(f"nll_loss: weight must have shape ({c},), got {w.shape}")
+    sample_w = (w.astype(log_probs.dtype)[safe] * keep).astype(log_probs.dtype)
+    picked = log_probs[np.arange(n), safe]
+    per = -picked * sample_w
+    if reduction == "none":
+        return per
+    total = ops.sum(per)
+    return total / sample_w.sum() if reduction == "mean" else total
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, axis: int = 1, eps: float = 1e-8) -> Tensor:
+    """``x1 . x2 / (max(|x1|, eps) * max(|x2|, eps))`` along ``axis`` (broadcasting)."""
+    n1 = ops.maximum(ops.norm(x1, axis=axis), eps)
+    n2 = ops.maximum(ops.norm(x2, axis=axis), eps)
+    return ops.sum(_t(x1) * x2, axis=axis) / (n1 * n2)
 
 
 __all__ = [
@@ -459,6 +571,13 @@ __all__ = [
     "softsign",
     "logsigmoid",
     "softmin",
+    "l1_loss",
+    "smooth_l1_loss",
+    "huber_loss",
+    "binary_cross_entropy",
+    "kl_div",
+    "nll_loss",
+    "cosine_similarity",
     "softmax",
     "log_softmax",
     "identity",
