@@ -305,26 +305,101 @@ class Tensor:
     def clip(self, lo=None, hi=None):
         return clip(self, lo, hi)
 
-    def sum(self, axis=None, keepdims=False):
-        return sum(self, axis, keepdims)
+    # reductions take NumPy's names (axis, keepdims) and PyTorch's (dim, keepdim)
+    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return sum(self, *_axis_args("sum", axis, keepdims, dim, keepdim))
 
-    def mean(self, axis=None, keepdims=False):
-        return mean(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return mean(self, *_axis_args("mean", axis, keepdims, dim, keepdim))
 
-    def max(self, axis=None, keepdims=False):
-        return max(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return max(self, *_axis_args("max", axis, keepdims, dim, keepdim))
 
-    def min(self, axis=None, keepdims=False):
-        return min(self, axis, keepdims)
+    def min(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return min(self, *_axis_args("min", axis, keepdims, dim, keepdim))
 
-    def logsumexp(self, axis=None, keepdims=False):
-        return logsumexp(self, axis, keepdims)
+    def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return logsumexp(self, *_axis_args("logsumexp", axis, keepdims, dim, keepdim))
 
-    def softmax(self, axis=-1):
-        return softmax(self, axis)
+    def argmax(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return argmax(self, *_axis_args("argmax", axis, keepdims, dim, keepdim))
 
-    def log_softmax(self, axis=-1):
-        return log_softmax(self, axis)
+    def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return argmin(self, *_axis_args("argmin", axis, keepdims, dim, keepdim))
+
+    def var(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None):
+        axis, keepdims = _axis_args("var", axis, keepdims, dim, keepdim)
+        return var(self, axis, correction, keepdims)
+
+    def std(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None):
+        axis, keepdims = _axis_args("std", axis, keepdims, dim, keepdim)
+        return std(self, axis, correction, keepdims)
+
+    def norm(self, ord=2, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A002
+        axis, keepdims = _axis_args("norm", axis, keepdims, dim, keepdim)
+        return norm(self, ord, axis, keepdims)
+
+    def softmax(self, axis=-1, *, dim=None):
+        return softmax(self, _axis_args("softmax", axis, False, dim, None, -1)[0])
+
+    def log_softmax(self, axis=-1, *, dim=None):
+        return log_softmax(self, _axis_args("log_softmax", axis, False, dim, None, -1)[0])
+
+    # PyTorch's names for what the operators and functions already do
+    def eq(self, o):
+        return equal(self, o)
+
+    def ne(self, o):
+        return not_equal(self, o)
+
+    def lt(self, o):
+        return less(self, o)
+
+    def le(self, o):
+        return less_equal(self, o)
+
+    def gt(self, o):
+        return greater(self, o)
+
+    def ge(self, o):
+        return greater_equal(self, o)
+
+    def pow(self, o):
+        return power(self, o)
+
+    def matmul(self, o):
+        return matmul(self, o)
+
+    mm = matmul
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def view(self, *shape):
+        """``reshape`` (tapegrad reshapes into a view whenever NumPy can)."""
+        return self.reshape(*shape)
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    def new_zeros(self, *shape):
+        """Zeros of ``shape`` in this tensor's dtype (not recording a graph)."""
+        return Tensor(np.zeros(_shape_arg(shape), self.data.dtype))
+
+    def new_ones(self, *shape):
+        return Tensor(np.ones(_shape_arg(shape), self.data.dtype))
+
+    def new_full(self, shape, fill_value):
+        return Tensor(np.full(_shape_arg((shape,)), fill_value, self.data.dtype))
+
+    def __format__(self, spec: str) -> str:
+        """A one-element tensor formats as its number (``f"{loss:.4f}"``)."""
+        if spec and self.data.size == 1:
+            return format(self.data.reshape(()).item(), spec)
+        return format(str(self), spec)
 
     def reshape(self, *shape):
         return reshape(
@@ -338,6 +413,13 @@ class Tensor:
         return permute(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes)
 
     def transpose(self, *axes):
+        """No axes: reverse them; two ints ``d0, d1``: swap those two axes (PyTorch's form); a
+        full permutation (a tuple, or three or more ints): NumPy's ``transpose(axes)``."""
+        if len(axes) == 2 and all(isinstance(a, (int, np.integer)) for a in axes):
+            perm = list(range(self.data.ndim))
+            d0, d1 = (int(a) % (self.data.ndim or 1) for a in axes)
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+            return transpose(self, tuple(perm))
         return transpose(
             self, (axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes) or None
         )
@@ -359,10 +441,29 @@ class Tensor:
         return astype(self, dtype)
 
 
+def _axis_args(op, axis, keepdims, dim, keepdim, default=None):
+    """(axis, keepdims) from NumPy's names or PyTorch's (``dim``, ``keepdim``), not both."""
+    if dim is not None:
+        if axis is not default:
+            raise TypeError(f"{op}: give axis or dim, not both")
+        axis = dim
+    if keepdim is not None:
+        keepdims = keepdim
+    return axis, bool(keepdims)
+
+
+def _shape_arg(shape) -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(n) for n in shape)
+
+
 # The operations the methods above delegate to; imported last because they import Tensor.
 from .ops import (  # noqa: E402
     absolute,
     add,
+    argmax,
+    argmin,
     astype,
     broadcast_to,
     clip,
@@ -386,6 +487,7 @@ from .ops import (  # noqa: E402
     min,
     mul,
     neg,
+    norm,
     not_equal,
     permute,
     power,
@@ -396,8 +498,10 @@ from .ops import (  # noqa: E402
     softmax,
     sqrt,
     squeeze,
+    std,
     sub,
     sum,
     tanh,
     transpose,
+    var,
 )
