@@ -27,9 +27,18 @@ def test_dim_and_keepdim_like_torch(name, dim, keepdim):
 
 
 def test_max_min_softmax_with_dim_and_both_names_refused():
-    t = tg.tensor(A)
-    np.testing.assert_array_equal(t.max(dim=1).data, torch.tensor(A).amax(dim=1).numpy())
-    np.testing.assert_array_equal(t.min(dim=0, keepdim=True).data, A.min(0, keepdims=True))
+    t, tt = tg.tensor(A), torch.tensor(A)
+    values, indices = t.max(dim=1)
+    want = tt.max(dim=1)
+    np.testing.assert_array_equal(values.data, want.values.numpy())
+    np.testing.assert_array_equal(indices.data, want.indices.numpy())
+    low = t.min(dim=0, keepdim=True)
+    np.testing.assert_array_equal(low.values.data, tt.min(dim=0, keepdim=True).values.numpy())
+    np.testing.assert_array_equal(low.indices.data, tt.min(dim=0, keepdim=True).indices.numpy())
+    np.testing.assert_array_equal(t.max(1).data, A.max(1))  # NumPy's form: the values
+    x = tg.tensor(A, requires_grad=True)
+    x.max(dim=2).values.sum().backward()
+    np.testing.assert_array_equal(x.grad, (A == A.max(2, keepdims=True)).astype(float))
     np.testing.assert_allclose(t.softmax(dim=1).data, torch.tensor(A).softmax(dim=1).numpy())
     with pytest.raises(TypeError, match="axis or dim, not both"):
         t.sum(1, dim=2)

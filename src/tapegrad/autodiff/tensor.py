@@ -8,6 +8,8 @@ arrays take the dtype of the float operands; float operands of different precisi
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .backend import DEFAULT_DTYPE
@@ -313,10 +315,19 @@ class Tensor:
         return mean(self, *_axis_args("mean", axis, keepdims, dim, keepdim))
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return max(self, *_axis_args("max", axis, keepdims, dim, keepdim))
+        """The maximum over ``axis``; PyTorch's form ``max(dim=d)`` returns ``(values,
+        indices)`` like PyTorch (``.values``, ``.indices``)."""
+        args = _axis_args("max", axis, keepdims, dim, keepdim)
+        if dim is None:
+            return max(self, *args)
+        return MaxMin(max(self, *args), argmax(self, *args))
 
     def min(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return min(self, *_axis_args("min", axis, keepdims, dim, keepdim))
+        """The minimum over ``axis``; ``min(dim=d)`` returns ``(values, indices)``."""
+        args = _axis_args("min", axis, keepdims, dim, keepdim)
+        if dim is None:
+            return min(self, *args)
+        return MaxMin(min(self, *args), argmin(self, *args))
 
     def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return logsumexp(self, *_axis_args("logsumexp", axis, keepdims, dim, keepdim))
@@ -439,6 +450,13 @@ class Tensor:
 
     def astype(self, dtype):
         return astype(self, dtype)
+
+
+class MaxMin(NamedTuple):
+    """``t.max(dim=d)`` / ``t.min(dim=d)``: the values and where they are."""
+
+    values: Tensor
+    indices: Tensor
 
 
 def _axis_args(op, axis, keepdims, dim, keepdim, default=None):
