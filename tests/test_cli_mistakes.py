@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import write_blobs
 
 import tapegrad as tg
 from tapegrad.serialization import read_metadata
@@ -228,11 +229,7 @@ def _damaged_checkpoints(folder: Path, npz: Path) -> None:
 
 
 def test_edges_of_a_working_run(tmp_path):
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, 500)
-    x = (rng.normal(scale=2.0, size=(3, 5))[y] + rng.normal(size=(500, 5))).astype(np.float32)
-    npz = tmp_path / "blobs.npz"
-    np.savez(npz, x_train=x[:400], y_train=y[:400], x_test=x[400:], y_test=y[400:])
+    npz = write_blobs(tmp_path / "blobs.npz", classes=3, features=5)
     work = {name: tmp_path / name.replace(" ", "-") for name, *_ in EDGES}
     for folder in work.values():
         folder.mkdir()

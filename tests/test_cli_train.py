@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from cli_helpers import write_blobs
 
 import tapegrad as tg
 from tapegrad.cli import EXIT_OUTPUT, main
@@ -17,12 +18,7 @@ from tapegrad.train.checkpoint import list_checkpoints
 
 @pytest.fixture
 def blobs(tmp_path):
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 4, 500)
-    x = (rng.normal(scale=2.0, size=(4, 6))[y] + rng.normal(size=(500, 6))).astype(np.float32)
-    path = tmp_path / "blobs.npz"
-    np.savez(path, x_train=x[:400], y_train=y[:400], x_test=x[400:], y_test=y[400:])
-    return path
+    return write_blobs(tmp_path / "blobs.npz", classes=4, features=6)
 
 
 @pytest.fixture
