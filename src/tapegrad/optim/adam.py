@@ -38,16 +38,7 @@ class Adam(Optimizer):
 
     def _check_group(self, group: dict[str, Any], where: str = "") -> None:
         super()._check_group(group, where)
-        betas = group["betas"]
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            place = f"{self._name}{' ' + where if where else ''}"
-            raise ValueError(f"{place}: betas must be a pair (beta1, beta2), got {betas!r}")
-        group["betas"] = tuple(
-            self._number(
-                group, "betas", where, lo=0.0, hi=1.0, hi_open=True, value=b, label=f"betas[{i}]"
-            )
-            for i, b in enumerate(betas)
-        )
+        group["betas"] = self._betas(group, where)
         group["eps"] = self._number(group, "eps", where, lo=0.0)
         group["weight_decay"] = self._number(group, "weight_decay", where, lo=0.0)
         group["amsgrad"] = self._flag(group, "amsgrad", where)

@@ -36,8 +36,11 @@ class Optimizer:
     ``state`` (parameter index -> dict of buffers and step counts).
 
     Subclasses define ``_n_scratch`` (temporaries per update), ``_check_group`` (validate one
-    group's hyperparameters), ``_state_arrays``/``_state_scalars`` (the state keys a parameter
-    has under a group's hyperparameters), ``_init_state`` and ``_update``.
+    group's hyperparameters), ``_state_arrays``/``_state_scalars``/``_state_floats`` (the state
+    keys a parameter has under a group's hyperparameters: arrays shaped like it, step counts,
+    real numbers such as NAdam's momentum product), ``_init_state`` and ``_update``. One whose
+    state is not per parameter (LBFGS: one vector over all of them) overrides ``step``,
+    ``_saved_state`` (what ``state_dict`` writes) and ``_loaded_state`` (validation on load).
     """
 
     _n_scratch = 2
@@ -113,9 +116,14 @@ class Optimizer:
     def _state_scalars(self, group: dict[str, Any]) -> tuple[str, ...]:
         return ()
 
+    def _state_floats(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ()
+
     def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> dict:
-        """A parameter's first state: its scalars at 0, its arrays zeros shaped like it."""
+        """A parameter's first state: its counts at 0, its real numbers at 0.0, its arrays
+        zeros shaped like it."""
         state: dict[str, Any] = dict.fromkeys(self._state_scalars(group), 0)
+        state.update(dict.fromkeys(self._state_floats(group), 0.0))
         for k in self._state_arrays(group):
             state[k] = np.zeros(p.shape, dtype=p.dtype)
         return state
@@ -152,12 +160,49 @@ class Optimizer:
             raise ValueError(f"{place}: invalid {label} {v}; expected {label} {op} {hi:g}")
         return v
 
+    def _integer(self, group: dict, key: str, where: str, lo: int = 1) -> int:
+        v = group[key]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
+            place = f"{self._name}{' ' + where if where else ''}"
+            raise ValueError(f"{place}: {key} must be an int >= {lo}, got {v!r}")
+        return int(v)
+
+    def _betas(self, group: dict, where: str) -> tuple[float, float]:
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            place = f"{self._name}{' ' + where if where else ''}"
+            raise ValueError(f"{place}: betas must be a pair (beta1, beta2), got {betas!r}")
+        b1, b2 = (
+            self._number(
+                group, "betas", where, lo=0.0, hi=1.0, hi_open=True, value=b, label=f"betas[{i}]"
+            )
+            for i, b in enumerate(betas)
+        )
+        return b1, b2
+
     def _flag(self, group: dict, key: str, where: str) -> bool:
         v = group[key]
         if not isinstance(v, (bool, np.bool_)):
             place = f"{self._name}{' ' + where if where else ''}"
             raise TypeError(f"{place}: {key} must be True or False, got {v!r}")
         return bool(v)
+
+    @staticmethod
+    def _direction(
+        p: np.ndarray, grad: np.ndarray, out: np.ndarray, wd: float, maximize: bool
+    ) -> np.ndarray:
+        """The gradient an update follows: ``-grad`` with ``maximize``, plus ``wd * p`` (L2
+        weight decay), written into ``out``; ``grad`` itself (no copy) when neither applies."""
+        if wd != 0:
+            np.multiply(p, wd, out=out)
+            if maximize:
+                np.subtract(out, grad, out=out)
+            else:
+                np.add(grad, out, out=out)
+            return out
+        if maximize:
+            return np.negative(grad, out=out)
+        return grad
 
     # -- stepping ------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -236,9 +281,13 @@ class Optimizer:
                 if k != "params":
                     sd[f"param_groups.{gi}.{k}"] = list(v) if isinstance(v, tuple) else v
         for idx in sorted(self.state):
-            for k, v in self.state[idx].items():
+            for k, v in self._saved_state(self.state[idx]).items():
                 sd[f"state.{idx}.{k}"] = v.copy() if isinstance(v, np.ndarray) else v
         return sd
+
+    def _saved_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """One parameter's state as ``state_dict()`` writes it (arrays, counts, numbers)."""
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict()`` returned, exactly. Everything is validated first
@@ -269,7 +318,6 @@ class Optimizer:
                 f"{name}.load_state_dict: state dict has {len(saved_groups)} parameter groups, "
                 f"this optimiser has {len(self.param_groups)}"
             )
-        params = self._params()
         index_map: dict[int, int] = {}
         new_groups = []
         for gi, (group, offset) in enumerate(zip(self.param_groups, self._offsets)):
@@ -293,15 +341,34 @@ class Optimizer:
         for gi, (group, offset) in enumerate(zip(self.param_groups, self._offsets)):
             for j in range(len(group["params"])):
                 group_of[offset + j] = gi
+        new_state = self._loaded_state(saved_state, index_map, group_of, new_groups)
+        for group, new in zip(self.param_groups, new_groups):
+            group.update(new)
+        self.state = new_state
+
+    def _loaded_state(
+        self,
+        saved: dict[int, dict[str, Any]],
+        index_map: dict[int, int],
+        group_of: dict[int, int],
+        groups: list[dict[str, Any]],
+    ) -> dict[int, dict[str, Any]]:
+        """The state that ``load_state_dict`` installs, validated: ``saved`` maps the state
+        dict's parameter ids to their entries, ``index_map`` those ids to this optimiser's
+        indices, ``group_of`` indices to groups, whose (validated) hyperparameters are
+        ``groups``. Raises ``ValueError`` on anything amiss."""
+        name = self._name
+        params = self._params()
         new_state: dict[int, dict[str, Any]] = {}
-        for sid, entries in saved_state.items():
+        for sid, entries in saved.items():
             if sid not in index_map:
                 raise ValueError(f"{name}.load_state_dict: state for unknown parameter {sid}")
             idx = index_map[sid]
             p = params[idx].data
-            group = new_groups[group_of[idx]]
+            group = groups[group_of[idx]]
             arrays, scalars = self._state_arrays(group), self._state_scalars(group)
-            expected = set(arrays) | set(scalars)
+            reals = self._state_floats(group)
+            expected = set(arrays) | set(scalars) | set(reals)
             if set(entries) != expected:
                 raise ValueError(
                     f"{name}.load_state_dict: parameter {sid} has state {sorted(entries)}, "
@@ -309,29 +376,49 @@ class Optimizer:
                 )
             st: dict[str, Any] = {}
             for k in scalars:
-                v = entries[k]
-                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-                    raise ValueError(
-                        f"{name}.load_state_dict: state.{sid}.{k} must be a count >= 0, got {v!r}"
-                    )
-                st[k] = int(v)
+                st[k] = self._loaded_count(f"state.{sid}.{k}", entries[k])
+            for k in reals:
+                st[k] = self._loaded_real(f"state.{sid}.{k}", entries[k])
             for k in arrays:
-                v = entries[k]
-                if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != p.shape:
-                    got = (
-                        f"{v.dtype} array of shape {v.shape}"
-                        if isinstance(v, np.ndarray)
-                        else type(v).__name__
-                    )
-                    raise ValueError(
-                        f"{name}.load_state_dict: state.{sid}.{k} must be a float array of "
-                        f"shape {p.shape} (the parameter's), got {got}"
-                    )
-                st[k] = np.array(v, dtype=p.dtype, order="C", copy=True)
+                st[k] = self._loaded_array(f"state.{sid}.{k}", entries[k], p, p.shape)
             new_state[idx] = st
-        for group, new in zip(self.param_groups, new_groups):
-            group.update(new)
-        self.state = new_state
+        return new_state
+
+    def _loaded_count(self, key: str, v: Any) -> int:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{self._name}.load_state_dict: {key} must be a count >= 0, got {v!r}")
+        return int(v)
+
+    def _loaded_real(self, key: str, v: Any, finite: bool = True) -> float:
+        if (
+            isinstance(v, (bool, np.bool_))
+            or not isinstance(v, (int, float, np.integer, np.floating))
+            or (finite and not math.isfinite(v))
+        ):
+            what = "a finite real number" if finite else "a real number"
+            raise ValueError(f"{self._name}.load_state_dict: {key} must be {what}, got {v!r}")
+        return float(v)
+
+    def _loaded_array(
+        self,
+        key: str,
+        v: Any,
+        p: np.ndarray,
+        shape: tuple[int, ...],
+        whose: str = "the parameter's",
+    ) -> np.ndarray:
+        """A copy of ``v`` in ``p``'s dtype, after checking it is a float array of ``shape``."""
+        if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.shape != shape:
+            got = (
+                f"{v.dtype} array of shape {v.shape}"
+                if isinstance(v, np.ndarray)
+                else type(v).__name__
+            )
+            raise ValueError(
+                f"{self._name}.load_state_dict: {key} must be a float array of "
+                f"shape {shape} ({whose}), got {got}"
+            )
+        return np.array(v, dtype=p.dtype, order="C", copy=True)
 
     def __repr__(self) -> str:
         lines = [f"{self._name}("]
