@@ -1,9 +1,19 @@
-"""Optimisers, gradient clipping and learning-rate schedulers (in-place updates)."""
+"""Optimisers, gradient clipping and learning-rate schedulers (in-place updates).
+
+Optimisers: ``SGD`` (momentum, Nesterov), ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``,
+``Adadelta``, ``Adamax``, ``NAdam`` (elementwise; compiled steps replay them). Schedules:
+``StepLR``, ``CosineAnnealingLR``, ``OneCycleLR``. Clipping: ``clip_grad_norm_``,
+``clip_grad_value_``.
+"""
 
 from . import lr_scheduler
+from .adadelta import Adadelta
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .adamax import Adamax
 from .clip import clip_grad_norm_, clip_grad_value_
 from .lr_scheduler import CosineAnnealingLR, OneCycleLR, StepLR
+from .nadam import NAdam
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
@@ -14,6 +24,10 @@ __all__ = [
     "Adam",
     "AdamW",
     "RMSprop",
+    "Adagrad",
+    "Adadelta",
+    "Adamax",
+    "NAdam",
     "clip_grad_norm_",
     "clip_grad_value_",
     "lr_scheduler",
