@@ -1,9 +1,9 @@
 """Optimisers, gradient clipping and learning-rate schedulers (in-place updates).
 
 Optimisers: ``SGD`` (momentum, Nesterov), ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``,
-``Adadelta``, ``Adamax``, ``NAdam`` (elementwise; compiled steps replay them). Schedules:
-``StepLR``, ``CosineAnnealingLR``, ``OneCycleLR``. Clipping: ``clip_grad_norm_``,
-``clip_grad_value_``.
+``Adadelta``, ``Adamax``, ``NAdam`` (elementwise; compiled steps replay them) and ``LBFGS``
+(with a closure; eager only). Schedules: ``StepLR``, ``CosineAnnealingLR``, ``OneCycleLR``.
+Clipping: ``clip_grad_norm_``, ``clip_grad_value_``.
 """
 
 from . import lr_scheduler
@@ -12,6 +12,7 @@ from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .adamax import Adamax
 from .clip import clip_grad_norm_, clip_grad_value_
+from .lbfgs import LBFGS
 from .lr_scheduler import CosineAnnealingLR, OneCycleLR, StepLR
 from .nadam import NAdam
 from .optimizer import Optimizer
@@ -28,6 +29,7 @@ __all__ = [
     "Adadelta",
     "Adamax",
     "NAdam",
+    "LBFGS",
     "clip_grad_norm_",
     "clip_grad_value_",
     "lr_scheduler",
