@@ -2,8 +2,9 @@
 
 Optimisers: ``SGD`` (momentum, Nesterov), ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``,
 ``Adadelta``, ``Adamax``, ``NAdam`` (elementwise; compiled steps replay them) and ``LBFGS``
-(with a closure; eager only). Schedules: ``StepLR``, ``CosineAnnealingLR``, ``OneCycleLR``.
-Clipping: ``clip_grad_norm_``, ``clip_grad_value_``.
+(with a closure; eager only). Schedules: ``StepLR``, ``MultiStepLR``, ``ExponentialLR``,
+``CosineAnnealingLR``, ``OneCycleLR``, ``LambdaLR`` and ``ReduceLROnPlateau`` (stepped with
+a metric). Clipping: ``clip_grad_norm_``, ``clip_grad_value_``.
 """
 
 from . import lr_scheduler
@@ -13,7 +14,15 @@ from .adam import Adam, AdamW
 from .adamax import Adamax
 from .clip import clip_grad_norm_, clip_grad_value_
 from .lbfgs import LBFGS
-from .lr_scheduler import CosineAnnealingLR, OneCycleLR, StepLR
+from .lr_scheduler import (
+    CosineAnnealingLR,
+    ExponentialLR,
+    LambdaLR,
+    MultiStepLR,
+    OneCycleLR,
+    ReduceLROnPlateau,
+    StepLR,
+)
 from .nadam import NAdam
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
@@ -34,6 +43,10 @@ __all__ = [
     "clip_grad_value_",
     "lr_scheduler",
     "StepLR",
+    "MultiStepLR",
+    "ExponentialLR",
     "CosineAnnealingLR",
     "OneCycleLR",
+    "LambdaLR",
+    "ReduceLROnPlateau",
 ]

@@ -1,19 +1,44 @@
 """Learning-rate schedulers: they set ``group["lr"]`` of an optimiser once per ``step()``.
 
 Call ``scheduler.step()`` after ``optimizer.step()`` (once per epoch or per batch, as the
-schedule is meant). Each schedule is computed from the current ``lr`` recursively, as
-PyTorch's are, so the sequences agree with it to the last bit; ``base_lrs`` are the groups'
+schedule is meant). Each schedule is computed as PyTorch's is (most from the current ``lr``
+recursively), so the sequences agree with it to the last bit; ``base_lrs`` are the groups'
 ``initial_lr`` (set on construction).
+
+- ``StepLR``: times ``gamma`` every ``step_size`` steps.
+- ``MultiStepLR``: times ``gamma`` at each of the ``milestones`` (a milestone listed twice
+  multiplies twice).
+- ``ExponentialLR``: times ``gamma`` every step.
+- ``CosineAnnealingLR``: cosine from ``initial_lr`` down to ``eta_min`` over ``T_max`` steps.
+- ``OneCycleLR``: up to ``max_lr`` and down far below it, over ``total_steps``.
+- ``LambdaLR``: ``initial_lr * lr_lambda(epoch)``, a function per group (functions are not
+  part of the state dict, as in PyTorch: the resumed scheduler is built with them again).
+- ``ReduceLROnPlateau``: ``step(metric)``; times ``factor`` when the metric has not improved
+  for ``patience`` steps.
+
+Each has ``state_dict()`` (JSON-ready) and ``load_state_dict()``; loading sets the
+optimiser's learning rates to the saved last ones, so a resumed run continues exactly.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "OneCycleLR"]
+__all__ = [
+    "LRScheduler",
+    "StepLR",
+    "MultiStepLR",
+    "ExponentialLR",
+    "CosineAnnealingLR",
+    "OneCycleLR",
+    "LambdaLR",
+    "ReduceLROnPlateau",
+]
 
 
 class LRScheduler:
@@ -47,11 +72,15 @@ class LRScheduler:
     def _next_lrs(self) -> list[float]:
         raise NotImplementedError
 
+    def _initial_lrs(self) -> list[float]:
+        """The learning rates construction sets: the groups' own, for a recursive schedule."""
+        return [g["lr"] for g in self.optimizer.param_groups]
+
     def step(self) -> None:
         """Advance the schedule by one and write the new learning rates into the optimiser."""
         self._step_count += 1
         self.last_epoch += 1
-        lrs = [g["lr"] for g in self.optimizer.param_groups] if self._initial else self._next_lrs()
+        lrs = self._initial_lrs() if self._initial else self._next_lrs()
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr
         self._last_lr = list(lrs)
@@ -132,6 +161,57 @@ class StepLR(LRScheduler):
         if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
             return lrs
         return [lr * self.gamma for lr in lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply the learning rate by ``gamma`` at each of the ``milestones`` (step counts; a
+    milestone listed ``k`` times multiplies by ``gamma ** k``): ``lr = initial_lr * gamma **
+    (number of milestones <= last_epoch)``. A milestone 0 applies on construction, as in
+    PyTorch."""
+
+    _hyper = ("milestones", "gamma")
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        milestones: Iterable[int],
+        gamma: float = 0.1,
+        last_epoch: int = -1,
+    ):
+        name = "MultiStepLR"
+        if isinstance(milestones, (str, bytes)) or not isinstance(milestones, Iterable):
+            raise TypeError(f"{name}: milestones must be a list of step counts, got {milestones!r}")
+        ms = list(milestones)
+        for m in ms:
+            if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
+                raise ValueError(f"{name}: milestones must be ints >= 0, got {m!r} in {ms!r}")
+        self.milestones = sorted(int(m) for m in ms)
+        self.gamma = _nonnegative(name, "gamma", gamma)
+        super().__init__(optimizer, last_epoch)
+
+    def _next_lrs(self) -> list[float]:
+        lrs = [g["lr"] for g in self.optimizer.param_groups]
+        k = self.milestones.count(self.last_epoch)
+        if k == 0:
+            return lrs
+        return [lr * self.gamma**k for lr in lrs]
+
+    def _initial_lrs(self) -> list[float]:
+        return self._next_lrs() if self.last_epoch == 0 else super()._initial_lrs()
+
+
+class ExponentialLR(LRScheduler):
+    """Multiply the learning rate by ``gamma`` every step: ``lr = initial_lr * gamma **
+    last_epoch``."""
+
+    _hyper = ("gamma",)
+
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1):
+        self.gamma = _nonnegative("ExponentialLR", "gamma", gamma)
+        super().__init__(optimizer, last_epoch)
+
+    def _next_lrs(self) -> list[float]:
+        return [g["lr"] * self.gamma for g in self.optimizer.param_groups]
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -218,3 +298,257 @@ class OneCycleLR(LRScheduler):
                 span = last - up
                 out.append(self._cos(top, floor, (t - up) / span if span > 0 else 1.0))
         return out
+
+
+class LambdaLR(LRScheduler):
+    """``lr = initial_lr * lr_lambda(last_epoch)``: ``lr_lambda`` is one function of the step
+    count for every group, or a list with one per group (warm-up, custom decays). Construction
+    sets ``initial_lr * lr_lambda(0)``. The functions are not in the state dict (as in
+    PyTorch, which keeps only callable objects' attributes): build the resumed scheduler with
+    the same functions, then load its state."""
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        lr_lambda: Callable[[int], float] | list[Callable[[int], float]],
+        last_epoch: int = -1,
+    ):
+        name = "LambdaLR"
+        n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 1
+        fns = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        if len(fns) != n:
+            raise ValueError(f"{name}: {len(fns)} lr_lambda functions for {n} parameter groups")
+        for i, f in enumerate(fns):
+            if not callable(f):
+                raise TypeError(
+                    f"{name}: lr_lambda {i} is a {type(f).__name__}, expected a function of the "
+                    "step count"
+                )
+        self.lr_lambdas = fns
+        super().__init__(optimizer, last_epoch)
+
+    def _next_lrs(self) -> list[float]:
+        out = []
+        for gi, (f, base) in enumerate(zip(self.lr_lambdas, self.base_lrs)):
+            factor = f(self.last_epoch)
+            if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
+                raise TypeError(
+                    f"LambdaLR: lr_lambda({self.last_epoch}) for group {gi} returned "
+                    f"{factor!r}, expected a number"
+                )
+            lr = base * float(factor)
+            if not 0 <= lr < math.inf:
+                raise ValueError(
+                    f"LambdaLR: lr_lambda({self.last_epoch}) for group {gi} returned {factor!r}, "
+                    f"giving lr {lr}; learning rates must be finite and >= 0"
+                )
+            out.append(lr)
+        return out
+
+    _initial_lrs = _next_lrs
+
+
+def _count(name: str, key: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+        raise ValueError(f"{name}: {key} must be an int >= 0, got {v!r}")
+    return int(v)
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply every group's learning rate by ``factor`` when the metric passed to
+    ``step(metric)`` (a validation loss, an accuracy) has not improved for more than
+    ``patience`` steps, then wait ``cooldown`` steps before counting again.
+
+    ``mode="min"`` wants the metric lower, ``"max"`` higher; an improvement must beat the best
+    by ``threshold``, relative (``threshold_mode="rel"``: below ``best * (1 - threshold)``,
+    or above ``best * (1 + threshold)``) or absolute (``"abs"``: below ``best - threshold``,
+    or above ``best + threshold``). Learning rates never go below ``min_lr`` (one number, or
+    one per group), and a reduction smaller than ``eps`` is skipped. A NaN metric counts as
+    no improvement. As PyTorch's, it does not set ``initial_lr``; ``get_last_lr()`` gives
+    the rates after the last step. Its state dict holds ``best`` as a float (``inf`` before
+    the first step: Python's ``json`` writes it as ``Infinity``).
+    """
+
+    _hyper = (
+        "mode",
+        "factor",
+        "patience",
+        "threshold",
+        "threshold_mode",
+        "cooldown",
+        "min_lrs",
+        "default_min_lr",
+        "eps",
+    )
+    _progress = ("last_epoch", "best", "num_bad_epochs", "cooldown_counter", "last_lr")
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        mode: str = "min",
+        factor: float = 0.1,
+        patience: int = 10,
+        threshold: float = 1e-4,
+        threshold_mode: str = "rel",
+        cooldown: int = 0,
+        min_lr: float | list[float] = 0.0,
+        eps: float = 1e-8,
+    ):
+        name = "ReduceLROnPlateau"
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{name}: expected a tapegrad Optimizer, got {type(optimizer)}")
+        self.optimizer = optimizer
+        n = len(optimizer.param_groups)
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != n:
+                raise ValueError(f"{name}: {len(min_lr)} min_lr values for {n} parameter groups")
+            default, min_lrs = None, list(min_lr)
+        else:
+            default, min_lrs = min_lr, [min_lr] * n
+        self._configure(
+            dict(
+                mode=mode,
+                factor=factor,
+                patience=patience,
+                threshold=threshold,
+                threshold_mode=threshold_mode,
+                cooldown=cooldown,
+                min_lrs=min_lrs,
+                default_min_lr=default,
+                eps=eps,
+            )
+        )
+        self.last_epoch = 0
+        self._step_count = 0
+        self.best = math.inf if self.mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.cooldown_counter = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+    def _configure(self, hp: dict[str, Any], where: str = "") -> None:
+        """Validate all the settings, then set them (so an error changes nothing)."""
+        name = f"ReduceLROnPlateau{where}"
+        if hp["mode"] not in ("min", "max"):
+            raise ValueError(f"{name}: mode must be 'min' or 'max', got {hp['mode']!r}")
+        if hp["threshold_mode"] not in ("rel", "abs"):
+            raise ValueError(
+                f"{name}: threshold_mode must be 'rel' or 'abs', got {hp['threshold_mode']!r}"
+            )
+        factor = _nonnegative(name, "factor", hp["factor"])
+        if factor >= 1:
+            raise ValueError(f"{name}: factor must be < 1 (it multiplies the lr), got {factor}")
+        default = hp["default_min_lr"]
+        out = dict(
+            mode=hp["mode"],
+            threshold_mode=hp["threshold_mode"],
+            factor=factor,
+            patience=_count(name, "patience", hp["patience"]),
+            threshold=_nonnegative(name, "threshold", hp["threshold"]),
+            cooldown=_count(name, "cooldown", hp["cooldown"]),
+            eps=_nonnegative(name, "eps", hp["eps"]),
+            default_min_lr=None if default is None else _nonnegative(name, "min_lr", default),
+        )
+        if not isinstance(hp["min_lrs"], list):
+            raise ValueError(f"{name}: min_lrs must be a list, got {hp['min_lrs']!r}")
+        out["min_lrs"] = [_nonnegative(name, "min_lr", v) for v in hp["min_lrs"]]
+        for k, v in out.items():
+            setattr(self, k, v)
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def _is_better(self, a: float) -> bool:
+        best, th = self.best, self.threshold
+        if self.mode == "min":
+            return a < best * (1.0 - th) if self.threshold_mode == "rel" else a < best - th
+        return a > best * (th + 1.0) if self.threshold_mode == "rel" else a > best + th
+
+    def step(self, metric: Any) -> None:  # type: ignore[override]
+        """Record one value of the watched metric (a number or a 0-d tensor), and reduce the
+        learning rates if it has not improved for more than ``patience`` steps."""
+        try:
+            current = float(metric)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"ReduceLROnPlateau.step: the metric must be a number (or a one-element "
+                f"tensor), got {type(metric).__name__}"
+            ) from None
+        self._step_count += 1
+        self.last_epoch += 1
+        if self._is_better(current):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0  # bad steps during the cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            self._reduce()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def _reduce(self) -> None:
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise ValueError(
+                    f"ReduceLROnPlateau: the optimiser has {len(groups)} parameter groups but "
+                    f"min_lr gave {len(self.min_lrs)} (a group was added); set min_lrs to match"
+                )
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        for group, floor in zip(groups, self.min_lrs):
+            old = float(group["lr"])
+            new = max(old * self.factor, floor)
+            if old - new > self.eps:
+                group["lr"] = new
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state: type, settings, step count, best metric, counters, last lrs."""
+        sd: dict[str, Any] = {"type": "ReduceLROnPlateau", "step_count": self._step_count}
+        sd.update({k: getattr(self, k) for k in self._hyper})
+        sd["min_lrs"] = list(self.min_lrs)
+        sd.update(
+            last_epoch=self.last_epoch,
+            best=self.best,
+            num_bad_epochs=self.num_bad_epochs,
+            cooldown_counter=self.cooldown_counter,
+            last_lr=list(self._last_lr),
+        )
+        return sd
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore ``state_dict()``'s values (validated first; on an error nothing changes)
+        and set the optimiser's learning rates to the saved last ones."""
+        name = "ReduceLROnPlateau.load_state_dict"
+        expected = {"type", "step_count", *self._hyper, *self._progress}
+        if not isinstance(state_dict, dict) or set(state_dict) != expected:
+            got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict)
+            raise ValueError(f"{name}: expected keys {sorted(expected)}, got {got}")
+        if state_dict["type"] != "ReduceLROnPlateau":
+            raise ValueError(
+                f"{name}: state dict is for {state_dict['type']!r}, not 'ReduceLROnPlateau'"
+            )
+        n = len(self.optimizer.param_groups)
+        last = state_dict["last_lr"]
+        if not isinstance(last, list) or len(last) != n:
+            raise ValueError(f"{name}: last_lr must be a list of {n} learning rates, got {last!r}")
+        best = state_dict["best"]
+        if isinstance(best, bool) or not isinstance(best, numbers.Real):
+            raise ValueError(f"{name}: best must be a number, got {best!r}")
+        progress = {
+            k: _count(name, k, state_dict[k])
+            for k in ("step_count", "last_epoch", "num_bad_epochs", "cooldown_counter")
+        }
+        last_lrs = [_nonnegative(name, "last_lr", x) for x in last]
+        self._configure({k: state_dict[k] for k in self._hyper}, where=".load_state_dict")
+        self._step_count = progress["step_count"]
+        self.last_epoch = progress["last_epoch"]
+        self.num_bad_epochs = progress["num_bad_epochs"]
+        self.cooldown_counter = progress["cooldown_counter"]
+        self.best = float(best)
+        self._last_lr = last_lrs
+        for group, lr in zip(self.optimizer.param_groups, self._last_lr):
+            group["lr"] = lr
