@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 
 import numpy as np
@@ -119,16 +120,25 @@ def _clip_norm(params, max_norm, norm_type, error_if_nonfinite) -> float:
 
 
 def clip_grad_value_(params: Tensor | Iterable[Tensor], clip_value: float) -> None:
-    """Clamp every gradient entry into ``[-clip_value, clip_value]``, in place."""
+    """Clamp every gradient entry into ``[-clip_value, clip_value]``, in place, as PyTorch's
+    ``clip_grad_value_`` does: the bound is rounded to each gradient's dtype, NaN entries stay
+    NaN, ``-0.0`` keeps its sign; parameters with ``grad=None`` are skipped.
+
+    Unlike PyTorch, a negative or NaN ``clip_value`` is an error (PyTorch would set every entry
+    to ``-|clip_value|``), and a bound beyond the gradient dtype's range (1e40 for float32)
+    clips nothing where PyTorch raises. Inside a compiled step the clipping is replayed."""
     fn = "clip_grad_value_"
     if isinstance(clip_value, bool) or not isinstance(clip_value, (int, float, np.number)):
         raise TypeError(f"{fn}: clip_value must be a number, got {clip_value!r}")
     if not clip_value >= 0:
         raise ValueError(f"{fn}: clip_value must be >= 0, got {clip_value}")
+    huge = isinstance(clip_value, int) and clip_value > sys.float_info.max  # 10**400
+    bound = math.inf if huge else float(clip_value)
     params = _params(params, fn)
 
     def run():
         for _, g in _grads(params):
-            np.clip(g, -clip_value, clip_value, out=g)
+            with np.errstate(over="ignore"):  # a bound past float32's range becomes inf
+                np.clip(g, -bound, bound, out=g)
 
     effect(run, fn)  # inside a compiled step: replayed
