@@ -137,8 +137,8 @@ def clip_grad_value_(params: Tensor | Iterable[Tensor], clip_value: float) -> No
     params = _params(params, fn)
 
     def run():
-        for _, g in _grads(params):
-            with np.errstate(over="ignore"):  # a bound past float32's range becomes inf
+        with np.errstate(over="ignore"):  # a bound past float32's range becomes inf
+            for _, g in _grads(params):
                 np.clip(g, -bound, bound, out=g)
 
     effect(run, fn)  # inside a compiled step: replayed
