@@ -222,6 +222,25 @@ def test_converged_start_returns_at_once():
     assert other.state[0] == {"func_evals": 1, "n_iter": 0}
 
 
+def test_lowering_history_size_trims_the_history():
+    X, Y, init = make_problem(np.float64, 2)
+    params = [tg.tensor(a.copy(), requires_grad=True) for a in init]
+    opt = optim.LBFGS(params, max_iter=4, history_size=6)
+
+    def closure():
+        opt.zero_grad()
+        loss = tg_loss(params, X, Y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    opt.step(closure)
+    assert len(opt.state[0]["old_dirs"]) > 2
+    opt.param_groups[0]["history_size"] = 2
+    opt.step(closure)
+    assert len(opt.state[0]["old_dirs"]) == len(opt.state[0]["ro"]) == 2
+
+
 # -- state dict -----------------------------------------------------------------------------
 def _split(sd):
     arrays = {k: v for k, v in sd.items() if isinstance(v, np.ndarray)}

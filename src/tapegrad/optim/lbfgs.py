@@ -8,9 +8,9 @@ two-loop recursion, the step length is ``lr`` (the very first iteration: ``lr * 
 (minFunc's algorithm) decision for decision, so the two trajectories agree to rounding.
 
 Memory: the history holds ``2 * history_size`` vectors the size of all parameters together,
-plus about eight work vectors. Buffers are allocated once (the history grows until it is full,
-then its oldest pair is reused), so apart from the closure a steady-state step allocates
-(almost) nothing.
+plus eleven work vectors (PyTorch's keeps a similar number). Buffers are allocated once (the
+history grows until it is full, then its oldest pair is reused), so apart from the closure a
+steady-state step allocates (almost) nothing.
 """
 
 from __future__ import annotations
@@ -226,7 +226,9 @@ class LBFGS(Optimizer):
                 np.multiply(d, t, out=s)
                 ys = y.dot(s)
                 if ys > 1e-10:
-                    if len(dirs) >= history_size:
+                    # drop the oldest pair(s): more than one only if history_size was lowered
+                    # mid-run (PyTorch then keeps the longer history for good)
+                    while len(dirs) >= history_size:
                         self._spare = (dirs.pop(0), steps.pop(0))
                         rho.pop(0)
                     dirs.append(y)
