@@ -217,6 +217,8 @@ def apply(prim, *args, **attrs) -> Tensor:
     trace = _TRACING.active
     if trace is not None:
         trace.record_eq(prim, args, arrays, attrs, result, parents)
+        if prim.effect:
+            trace.resnapshot()  # a recorded change: replays repeat it
     return result
 
 

@@ -89,6 +89,7 @@ from .primitives.shape import (  # noqa: F401
     stack,
     transpose,
 )
+from .primitives.update import assign  # noqa: F401
 
 abs = absolute  # noqa: A001
 pow = power  # noqa: A001

@@ -29,6 +29,9 @@ max pooling, the recurrent scans) say ``higher_order=False``: a gradient graph t
 raises :class:`GraphError` naming them.
 
 With ``aux=True`` the forward returns ``(out, aux)`` and every rule also receives ``aux=aux``.
+With ``effect=True`` the forward changes state outside its output (writes into an input, draws
+from a generator): compiled plans keep it in place and never drop it as dead code.
+
 With ``broadcasting=True`` the engine undoes broadcasting of each input gradient (one shared
 helper, :func:`tapegrad.autodiff.backend.unbroadcast`), checks that float inputs share one dtype,
 and lifts Python numbers and integer arrays to the tensors' dtype.
@@ -68,6 +71,7 @@ class Primitive:
         "differentiable",
         "diff_mask",
         "higher_order",
+        "effect",
         "doc",
     )
 
@@ -82,9 +86,11 @@ class Primitive:
         broadcasting: bool = False,
         aux: bool = False,
         higher_order: bool = True,
+        effect: bool = False,
         doc: str = "",
     ):
         self.name = name
+        self.effect = effect
         self.higher_order = higher_order
         self.forward = forward
         if vjp is None:
