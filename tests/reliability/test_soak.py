@@ -71,7 +71,7 @@ def test_plans_are_freed_with_their_compiled_function(no_gc):
     for n in (2, 2, 5):  # two plans
         compiled(np.ones((n, 4), np.float32))
     plans = [weakref.ref(p) for p in compiled.all_plans]
-    buffers = [weakref.ref(p.vals[-1]) for p in compiled.all_plans]
+    buffers = [weakref.ref(p.vals[max(p.vals)]) for p in compiled.all_plans]
     assert len(plans) == 2 and all(r() is not None for r in plans)
     del compiled
     assert all(r() is None for r in plans), "a plan outlived its compiled function"

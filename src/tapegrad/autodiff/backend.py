@@ -20,26 +20,31 @@ DEFAULT_DTYPE = np.dtype(np.float32)
 """Tensors made from Python numbers or lists are float32 unless a dtype is given."""
 
 
-def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...], out: np.ndarray | None = None):
     """Sum ``g`` down to ``shape``: the adjoint of broadcasting ``shape`` up to ``g.shape``
-
-    This is the single helper that undoes broadcasting for every rule in the engine.
-    """
+    (written into ``out`` when given). The forward of the ``sum_to`` primitive, which every rule
+    of a broadcasting primitive ends with: the one place broadcasting is undone."""
+    shape = tuple(shape)
     if g.shape == shape:
-        return g
-    extra = g.ndim - len(shape)
-    if type(g) is np.ndarray and g.ndim == 2 and tuple(shape) in ((g.shape[1],), (1, g.shape[1])):
+        if out is None:
+            return g
+        np.copyto(out, g)
+        return out
+    if type(g) is np.ndarray and g.ndim == 2 and shape in ((g.shape[1],), (1, g.shape[1])):
         # a bias's gradient: the rows summed in order by a compiled (CPU) loop, 3x NumPy's
         # speed; another array module takes the generic path below
-        out = np.empty(g.shape[1], g.dtype)
-        sum_rows(g, out)
-        return out.reshape(shape)
-    if extra:
-        g = g.sum(axis=tuple(range(extra)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    if axes:
-        g = g.sum(axis=axes, keepdims=True)
-    return g.reshape(shape)
+        rows = np.empty(g.shape[1], g.dtype) if out is None else out.reshape(-1)
+        sum_rows(g, rows)
+        return rows.reshape(shape) if out is None else out
+    extra = g.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(
+        extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1
+    )
+    kept = tuple(1 if i in axes else n for i, n in enumerate(g.shape))
+    if out is None:
+        return np.sum(g, axis=axes, keepdims=True).reshape(shape)
+    np.sum(g, axis=axes, keepdims=True, out=out.reshape(kept))
+    return out
 
 
 def normalize_axis(axis, ndim: int) -> tuple[int, ...]:

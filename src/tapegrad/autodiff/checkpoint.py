@@ -10,9 +10,10 @@ for one more forward of each segment (``benchmarks/checkpoint_memory.py`` measur
 
 The recomputation draws the same random numbers as the first forward (the generators tapegrad's
 random operations drew from are rewound), so dropout inside a segment gives the same gradients
-as without checkpointing. In a compiled step the segment runs as one generic equation: its
-forward and recomputation run eagerly on each replay. A checkpointed segment is first-order only
-(its VJP runs a backward pass of its own). ``fn`` returns one Tensor.
+as without checkpointing. The recomputation and its inner backward pass are a primitive of their
+own (``checkpoint_backward``), so in a compiled step the segment is two equations: its forward
+and its backward, each running the segment eagerly on every replay. A checkpointed segment is
+first-order only (its VJP runs a backward pass of its own). ``fn`` returns one Tensor.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from . import tensor as _tensor_mod
 from .graph import enable_grad, gradients, is_grad_enabled, no_grad, toposort
 from .primitives import elementwise
-from .primitives.registry import Sample, primitive
+from .primitives.registry import Sample, primitive, run
 from .tensor import Tensor
 
 
@@ -67,7 +68,26 @@ def _forward(*arrays, fn, kwargs, n_args, params, rng_log, cache):
     return out.data
 
 
-def _vjp(g, out, needs, *arrays, fn, kwargs, n_args, params, rng_log, cache):
+def _vjp(g, out, needs, *inputs, fn, kwargs, n_args, params, rng_log, cache):
+    got = iter(
+        run(
+            _checkpoint_backward,
+            g,
+            *inputs,
+            fn=fn,
+            kwargs=kwargs,
+            n_args=n_args,
+            params=params,
+            rng_log=rng_log,
+            needs=needs,
+        )
+    )
+    return [next(got) if need else None for need in needs]
+
+
+def _backward(g, *arrays, fn, kwargs, n_args, params, rng_log, needs):
+    """The gradients of the inputs ``needs`` names: ``fn`` run again with recording on (the
+    generators rewound to its first forward's draws) and differentiated."""
     leaves = [Tensor._make(a, None, False) for a in arrays[:n_args]]
     for leaf, need in zip(leaves, needs):
         leaf.requires_grad = need
@@ -78,7 +98,7 @@ def _vjp(g, out, needs, *arrays, fn, kwargs, n_args, params, rng_log, cache):
         with enable_grad(), _Untraced():  # the inner pass is part of this one equation
             out_t = _run(fn, leaves, kwargs, [])
             wanted = [t for t, need in zip(leaves + list(params), needs) if need]
-            found = iter(
+            found = (
                 gradients(out_t, wanted, np.asarray(g, dtype=out_t.dtype), allow_unused=True)
                 if wanted and out_t.requires_grad
                 else [None] * len(wanted)
@@ -86,11 +106,7 @@ def _vjp(g, out, needs, *arrays, fn, kwargs, n_args, params, rng_log, cache):
     finally:
         for gen, state in after:
             gen.bit_generator.state = state
-    grads = []
-    for need in needs:
-        gt = next(found) if need else None
-        grads.append(None if gt is None else gt.data)
-    return grads
+    return tuple(np.zeros_like(t.data) if gt is None else gt.data for t, gt in zip(wanted, found))
 
 
 def _samples(rng):
@@ -106,6 +122,29 @@ def _reference(x, w, **attrs):
     return np.tanh(x @ w) * x.sum()
 
 
+def _backward_sample(rng) -> Sample:
+    (s,) = _samples(rng)
+    attrs = {k: v for k, v in s.attrs.items() if k != "cache"}
+    return Sample((rng.uniform(-1, 1, (3, 4)), *s.args), {**attrs, "needs": (True, True)})
+
+
+def _backward_reference(g, x, w, fn, kwargs, n_args, params, rng_log, needs):
+    # the sample block tanh(x @ w) * sum(x), differentiated by hand
+    t = np.tanh(x @ w)
+    gz = g * x.sum() * (1 - t * t)
+    return gz @ w.T + np.sum(g * t), x.T @ gz
+
+
+_checkpoint_backward = primitive(
+    "checkpoint_backward",
+    _backward,
+    None,
+    reference=_backward_reference,
+    samples=lambda rng: [_backward_sample(rng)],
+    effect=True,
+    doc="checkpoint's VJP: the segment recomputed with recording on and differentiated, "
+    "giving the gradients of the inputs ``needs`` names. Not differentiable.",
+)
 _checkpoint = primitive(
     "checkpoint",
     _forward,

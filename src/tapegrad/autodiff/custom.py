@@ -15,7 +15,9 @@ A custom operation is a primitive of its own that lives with the user's code rat
 tapegrad's registry: defining it again (re-running a notebook cell) replaces nothing and raises
 nothing, and its name (``custom:`` + the function's qualified name) can never be mistaken for a
 built-in one. It runs eagerly and inside compiled steps (as a generic equation: its forward and
-rule run as written on every replay). Keyword arguments are attributes passed to the forward and
+rule run as written on every replay: the rule is a primitive of its own, ``custom:<name>:vjp``).
+Its gradient is first-order only (the rule is NumPy code): a gradient graph through it raises
+:class:`GraphError` naming it. Keyword arguments are attributes passed to the forward and
 to the rule, not differentiated. With ``broadcasting=True`` the engine sums each gradient back
 to its input's shape, as for tapegrad's own binary operations.
 """
@@ -29,7 +31,7 @@ import numpy as np
 
 from .errors import GraphError, ShapeError
 from .graph import is_grad_enabled
-from .primitives.registry import Primitive
+from .primitives.registry import Primitive, run
 from .tensor import Tensor
 
 
@@ -66,11 +68,18 @@ class CustomOp:
                         f"rule; define one with @{self.__name__}.defvjp, or pass .detach()"
                     )
         if self._prim is None:
+            backward = Primitive(f"{self.name}:vjp", self._run_vjp, None)
+
+            def vjp(g, result, needs, *inputs, **attrs):
+                got = iter(run(backward, g, result, *inputs, needs=needs, **attrs))
+                return [next(got) if need else None for need in needs]
+
             self._prim = Primitive(
                 self.name,
                 self._run_forward,
-                None if self._vjp is None else self._run_vjp,
+                None if self._vjp is None else vjp,
                 broadcasting=self.broadcasting,
+                higher_order=False,
                 doc=self.forward.__doc__ or "",
             )
         return self._prim(*args, **attrs)
@@ -84,8 +93,9 @@ class CustomOp:
             )
         return out
 
-    def _run_vjp(self, g, out, needs, *arrays, **attrs):
-        grads = self._vjp(g, out, *arrays, **attrs)
+    def _run_vjp(self, g, result, *arrays, needs, **attrs):
+        """The user's rule on arrays: the gradients of the inputs ``needs`` names, checked."""
+        grads = self._vjp(g, result, *arrays, **attrs)
         if isinstance(grads, np.ndarray) or grads is None:
             grads = (grads,)
         grads = list(grads)
@@ -115,7 +125,7 @@ class CustomOp:
                     f"{dtype}; return it in the input's dtype"
                 )
             grads[i] = gi
-        return grads
+        return tuple(g for g, need in zip(grads, needs) if need)
 
     def __repr__(self) -> str:
         return f"<custom op {self.name}>"

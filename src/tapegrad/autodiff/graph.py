@@ -1,20 +1,23 @@
 """The recorded graph: nodes, recording (``apply``), topological order and the backward pass.
 
 A tensor made by a primitive while gradients are on holds a :class:`Node`: the primitive, the
-parent tensors that need gradients (``None`` for the others), the input arrays and the output
-array the VJP rules read, and the primitive's attributes. Nodes point at parents, never at their
-own output tensor, so reference counting frees a graph as soon as its last tensor goes.
+parent tensors that need gradients (``None`` for the others), the input arrays, the output and
+the arrays the forward saved for the VJP rules, and the primitive's attributes. Nodes point at
+parents, never at their own output tensor, so reference counting frees a graph as soon as its
+last tensor goes.
 
 ``backward`` orders the graph once (iteratively, so depth is limited by memory only), runs each
 node's VJP rules in reverse order, frees each intermediate gradient as soon as it has been passed
 on, and accumulates into ``.grad`` of the leaves. Unless ``retain_graph=True``, every node's saved
 arrays are dropped during the pass, and a second backward through it raises :class:`GraphError`.
 
-One pass (``_pass``) serves every caller, in two modes over the same VJP rules: on arrays (the
-first-order pass: no graph is recorded) or, with ``create_graph``, on Tensors with recording on
-(``Node.vjp_graph``: the parents, the output tensor and constants stand in for the saved
-arrays), so the gradients are Tensors whose own graph can be differentiated again.
-:func:`gradients` returns gradients for chosen tensors instead of accumulating into leaves.
+One pass (``_pass``) serves every caller, over the same VJP rules run two ways: on arrays (the
+first-order pass: no graph is recorded), or on Tensors (``Node.vjp_tensors``: the parents, the
+output tensor and constants stand in for the saved arrays), where every operation a rule
+performs is itself recorded: with ``create_graph`` as a graph whose gradients can be
+differentiated again, and inside ``tapegrad.compile`` as the plan's equations (the backward pass
+of a compiled step is traced like its forward). :func:`gradients` returns gradients for chosen
+tensors instead of accumulating into leaves.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import contextlib
 import numpy as np
 
 from . import anomaly
-from .backend import DEFAULT_DTYPE, unbroadcast
+from .backend import DEFAULT_DTYPE
 from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
+from .primitives.shape import sum_to
 from .tensor import _TRACING, Tensor
 
 
@@ -70,33 +74,35 @@ class Node:
         self.inputs = inputs
         self.out = out
         self.attrs = attrs
-        self.aux = aux
+        self.aux = aux  # the arrays the forward saved for the rules (a tuple)
         self.released = False
         self.site = site  # "file:line" of the call, recorded in anomaly mode only
 
     def vjp(self, g: np.ndarray) -> list:
         """Each parent's gradient from the rules, run on the saved arrays (no graph)."""
-        return self._run_rules(g, self.out, self.inputs, False)
+        return self._run_rules(g, self.out, self.inputs, self.aux, False)
 
-    def vjp_graph(self, g: Tensor, out: Tensor) -> list:
+    def vjp_tensors(self, g: Tensor, out: Tensor, record: bool) -> list:
         """The same rules run on Tensors (the output, the parents, constants for the other
-        inputs), so the gradients they return record how they were computed."""
-        if not self.prim.higher_order:
+        inputs and the saved arrays), so each operation they perform is a recorded one: a graph
+        that can be differentiated again (``record``) and, while tracing, a plan's equations."""
+        if record and not self.prim.higher_order:
             raise GraphError(
                 f"{self.prim.name}: its gradient cannot be differentiated (its VJP runs fused "
                 f"kernels); second derivatives, hvp, hessian, jacobian and jvp work through "
                 f"the other operations"
             )
         inputs = [
-            p if p is not None else (Tensor._make(a, None, False) if _is_array(a) else a)
+            p if p is not None else (_constant(a) if _is_array(a) else a)
             for p, a in zip(self.parents, self.inputs)
         ]
-        return self._run_rules(g, out, inputs, True)
+        aux = tuple(_constant(a) for a in self.aux)
+        return self._run_rules(g, out, inputs, aux, True)
 
-    def _run_rules(self, g, out, inputs, graph: bool) -> list:
+    def _run_rules(self, g, out, inputs, aux, tensors: bool) -> list:
         prim, parents, attrs = self.prim, self.parents, self.attrs
         if prim.aux:
-            attrs = {**attrs, "aux": self.aux}
+            attrs = {**attrs, "aux": aux}
         if prim.vjp_all is not None:
             needs = tuple(p is not None for p in parents)
             grads = list(prim.vjp_all(g, out, needs, *inputs, **attrs))
@@ -109,13 +115,13 @@ class Node:
             if p is None or gi is None:
                 continue
             x = inputs[i]
-            if graph:
+            if tensors:
                 if not isinstance(gi, Tensor):
-                    gi = Tensor._make(np.asarray(gi), None, False)
+                    gi = _constant(np.asarray(gi))
             elif type(gi) is not np.ndarray:
                 gi = np.asarray(gi)
-            if prim.broadcasting:
-                gi = unbroadcast(gi, x.shape)
+            if prim.broadcasting and gi.shape != x.shape:
+                gi = registry.run(sum_to, gi, shape=x.shape)
             if gi.shape != x.shape:
                 raise GraphError(
                     f"internal error: VJP of {prim.name} returned a gradient of shape {gi.shape} "
@@ -133,6 +139,11 @@ class Node:
 
 def _is_array(a) -> bool:
     return isinstance(a, np.ndarray)
+
+
+def _constant(a) -> Tensor:
+    """An array as a Tensor that records nothing (a constant of a recorded rule)."""
+    return Tensor._make(a, None, False)
 
 
 def _lift(args: tuple, exact: bool) -> list:
@@ -170,8 +181,10 @@ def _check_dtypes(prim, arrays) -> None:
                 )
 
 
-def apply(prim, *args, **attrs) -> Tensor:
-    """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it."""
+def apply(prim, *args, **attrs):
+    """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it.
+
+    Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
     if prim.broadcasting:
         arrays = _lift(args, exact=not prim.differentiable)
     else:
@@ -184,10 +197,15 @@ def apply(prim, *args, **attrs) -> Tensor:
             raise
         shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in arrays)
         error = IndexOutOfRange if isinstance(e, IndexError) else ShapeError
-        raise error(f"{prim.name}: {e} (input shapes: {shapes})") from e
-    aux = None
-    if prim.aux:
-        out, aux = out
+        said = str(e) if str(e).startswith(f"{prim.name}:") else f"{prim.name}: {e}"
+        raise error(f"{said} (input shapes: {shapes})") from e
+    aux = ()
+    packed = type(out) is tuple
+    if packed:
+        if not prim.aux:
+            return _apply_multi(prim, args, arrays, attrs, out)
+        out, *aux = out
+        aux = tuple(aux)
     if type(out) is not np.ndarray:
         out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
     site = None
@@ -210,16 +228,27 @@ def apply(prim, *args, **attrs) -> Tensor:
                 out, Node(prim, tuple(parents), arrays, out, attrs, aux, site), True
             )
         else:
-            parents = None
             result = Tensor._make(out, None, False)
     else:
         result = Tensor._make(out, None, False)
     trace = _TRACING.active
     if trace is not None:
-        trace.record_eq(prim, args, arrays, attrs, result, parents)
-        if prim.effect:
-            trace.resnapshot()  # a recorded change: replays repeat it
+        trace.record_eq(prim, args, arrays, attrs, (result,), aux, packed)
     return result
+
+
+def _apply_multi(prim, args, arrays, attrs, outs) -> tuple:
+    """A multi-output primitive (a fused backward kernel): Tensors that record no graph."""
+    if _GradMode.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        raise GraphError(
+            f"{prim.name}: a fused backward kernel cannot be differentiated (the operation "
+            f"whose gradient it computes is first-order only)"
+        )
+    results = tuple(Tensor._make(np.asarray(o), None, False) for o in outs)
+    trace = _TRACING.active
+    if trace is not None:
+        trace.record_eq(prim, args, arrays, attrs, results, (), True)
+    return results
 
 
 def toposort(*roots: Tensor) -> list[Tensor]:
@@ -285,18 +314,25 @@ def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
     """The backward pass from ``roots`` (seeded with ``seeds``): into the leaves' ``.grad``
     (``targets`` None), or returned for the tensors in ``targets`` (a dict id -> slot).
 
-    With ``create_graph`` the rules run on Tensors with recording on, so every gradient is a
-    Tensor with a graph of its own; otherwise they run on arrays."""
+    The rules run on arrays (first order), or on Tensors: with ``create_graph`` recording a graph
+    of their own (every gradient can be differentiated again), and while a compiled function is
+    traced so that the plan records each operation of the backward pass as an equation (first
+    order: recording no graph, after the trace has fused what its fusion table names)."""
     order = toposort(*roots)
+    trace = _TRACING.active
+    tensors = create_graph or trace is not None
+    if trace is not None and not create_graph:
+        trace.fuse(order)
     grads: dict[int, object] = {}
     for r, g in zip(roots, seeds):
-        if create_graph and not isinstance(g, Tensor):
-            g = Tensor._make(g, None, False)
+        if tensors and not isinstance(g, Tensor):
+            g = _constant(g)
         prev = grads.get(id(r))
         grads[id(r)] = g if prev is None else prev + g
     found: dict[int, object] = {}
     mode = _GradMode.enabled
-    _GradMode.enabled = mode or create_graph  # a graph pass records the rules it runs
+    if tensors:
+        _GradMode.enabled = create_graph  # a graph pass records the rules it runs
     try:
         for t in reversed(order):
             g = grads.pop(id(t), None)
@@ -307,17 +343,20 @@ def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
                 continue
             if targets is None:
                 if node is None or t._retain:
-                    if create_graph:
+                    if tensors:
+                        if trace is not None:
+                            trace.record_sink(t, g)
                         t._accumulate(g.data)
-                        t._grad_t = g if t._grad_t is None else t._grad_t + g
+                        if create_graph:
+                            t._grad_t = g if t._grad_t is None else t._grad_t + g
                     else:
                         t._accumulate(g)
             elif id(t) in targets:
                 found[id(t)] = g
             if node is None:
                 continue
-            if create_graph:
-                input_grads = node.vjp_graph(g, t)
+            if tensors:
+                input_grads = node.vjp_tensors(g, t, create_graph)
             else:
                 input_grads = node.vjp(g)
                 if anomaly._Mode.enabled:
@@ -345,9 +384,9 @@ def backward(
             "backward: this tensor does not require grad (no input of it had requires_grad=True, "
             "or it was computed under no_grad())"
         )
-    explicit = gradient is not None
     seed = _seed(root, gradient, "backward", create_graph)
-    if _TRACING.active is not None:
+    trace = _TRACING.active
+    if trace is not None:
         if create_graph:
             from .plan import TraceError
 
@@ -356,10 +395,10 @@ def backward(
                 "are side effects a plan cannot replay; compute them with "
                 "tg.gradients(loss, params, create_graph=True), which returns tensors"
             )
-        _TRACING.active.record_backward(root, seed if explicit else None, toposort(root))
+        trace.begin_backward(root)
     _pass([root], [seed], None, retain_graph or create_graph, create_graph)
-    if _TRACING.active is not None:
-        _TRACING.active.resnapshot()  # the leaves' new gradients are what replays produce
+    if trace is not None:
+        trace.resnapshot()  # the leaves' new gradients are what replays produce
 
 
 def gradients(
@@ -389,7 +428,7 @@ def gradients(
     for k, t in enumerate(ins):
         if not isinstance(t, Tensor):
             raise TypeError(f"gradients: input {k} is a {type(t).__name__}, expected a Tensor")
-    graph = create_graph or _TRACING.active is not None  # a traced pass must be recorded
+    graph = create_graph or _TRACING.active is not None  # a traced pass is recorded
     roots, seeds = [], []
     for o, go in zip(outs, grad_outputs):
         if not isinstance(o, Tensor):
@@ -414,10 +453,11 @@ def gradients(
                 )
             g = np.zeros_like(t.data)
         if not isinstance(g, Tensor):
-            g = Tensor._make(np.asarray(g), None, False)
+            g = _constant(np.asarray(g))
         result.append(g)
     return tuple(result)
 
 
 registry._engine_apply = apply
+registry._recording = is_grad_enabled
 registry._Tensor = Tensor

@@ -1,12 +1,26 @@
 """Compiled plans: trace a function once per input signature, then replay it.
 
-``tapegrad.compile(fn)`` runs ``fn`` once for real while recording what happens, in order:
-every primitive call (an *equation*: primitive, input references, attributes, output), every
-``backward()`` (with its topological order), and every side effect that registered itself
-(optimiser ``zero_grad``/``step``). That record is the plan. Later calls with inputs of the same
-shapes and dtypes copy the inputs into the plan's input buffers and replay the record: no
-tensors or nodes are built, nothing is sorted, and each equation runs a kernel chosen for it
-once. A new input signature (a smaller last batch) is traced into a plan of its own.
+``tapegrad.compile(fn)`` runs ``fn`` once for real while recording, in order, one flat list of
+*equations* (JAX's jaxpr is the model): every primitive call of the forward pass; every
+primitive call of the backward pass, because ``backward()`` inside a trace runs the same VJP
+rules on Tensors (they are written with primitives, so each of their operations is recorded like
+any other); where each gradient lands in a ``.grad`` (a *sink*); and every side effect that
+registered itself (optimiser ``zero_grad``/``step``, gradient clipping, ``tg.effect``, the
+gradient reduction of data-parallel training). That list is turned into a plan in three passes:
+
+1. **Fusion** (while tracing, at ``backward()``): pairs of nodes named by one table of patterns
+   (``primitives/fused.py``) become one node of a fused primitive, whose own rule then runs.
+2. **Dead code and liveness**: equations whose results nothing reads are dropped (side effects
+   never are); each value's last reader is found, a view counting as a reader of its base.
+3. **Buffers**: every value gets a buffer, allocated once, taken from a pool that a value gives
+   back after its last reader (so buffers are shared over time, as the seeds' region memory);
+   an equation whose forward returns a view of its input costs nothing (the view is taken once).
+
+A replay copies the inputs into their buffers and calls each equation's forward with its input
+arrays and output buffers (``forward(*ins, out=..., ws=...)``: the primitive's one forward, so
+compiled results are eager's bits): no tensors or nodes are built, nothing is sorted, and a
+steady step allocates (almost) nothing. A new input signature (a smaller last batch) is traced
+into a plan of its own.
 
 Inputs of a plan are its arguments; parameters and other tensors made outside ``fn`` are read
 live (optimisers update them in place); arrays made inside ``fn`` that do not come from
@@ -29,8 +43,8 @@ A plan never replays stale state or silently skips work:
   and recorded effects (``p.data -= lr * p.grad``, NumPy clipping); random draws from NumPy's
   global generator or from a ``Generator`` the step reaches directly (use tapegrad's random
   operations, which every replay draws afresh); ``global``/``nonlocal`` assignments in the
-  function. Optimiser steps, ``zero_grad``, gradient clipping and anything wrapped in
-  :func:`effect` are recorded and replayed.
+  function. Optimiser steps, ``zero_grad``, gradient clipping, ``tg.assign`` and anything
+  wrapped in :func:`effect` are recorded and replayed.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import tensor as _tensor_mod
+from .primitives.registry import Workspace
 from .tensor import Tensor
 
 
@@ -52,29 +67,32 @@ class TraceError(RuntimeError):
 
 
 VAR, EXT, CONST = 0, 1, 2
+"""How an equation refers to an input: a value of the plan, a tensor from outside the step
+(read live: a parameter), or a constant array."""
 
 
 class Eq:
-    """One recorded primitive call."""
+    """One recorded primitive call: ``outs = prim(*ins, **attrs)`` (``packed``: the forward
+    returns, and takes as ``out``, a tuple)."""
 
-    __slots__ = ("prim", "ins", "attrs", "out", "needs")
+    __slots__ = ("prim", "ins", "attrs", "outs", "packed")
 
-    def __init__(self, prim, ins, attrs, out, needs):
-        self.prim = prim
-        self.ins = ins  # list of (kind, payload): (VAR, var), (EXT, tensor), (CONST, array)
-        self.attrs = attrs
-        self.out = out  # var index of the output
-        self.needs = needs  # per input: does a gradient flow to it
+    def __init__(self, prim, ins, attrs, outs, packed):
+        self.prim, self.ins, self.attrs, self.outs, self.packed = prim, ins, attrs, outs, packed
 
 
-class Backward:
-    __slots__ = ("root", "gradient", "order")
+class Sink:
+    """A gradient delivered into ``tensor.grad`` (set, or added to what is there)."""
 
-    def __init__(self, root, gradient, order):
-        self.root, self.gradient, self.order = root, gradient, order
+    __slots__ = ("tensor", "grad")
+
+    def __init__(self, tensor, grad):
+        self.tensor, self.grad = tensor, grad
 
 
 class Call:
+    """A recorded side effect (``effect``): ``fn()`` runs at this point of every replay."""
+
     __slots__ = ("fn",)
 
     def __init__(self, fn):
@@ -91,14 +109,15 @@ class Reduce:
 
 
 class Trace:
-    """What a traced call did; built by the hooks in ``graph.apply`` and ``graph.backward``."""
+    """What a traced call did; built by the hooks in ``graph.apply`` and ``graph._pass``."""
 
     def __init__(self):
         self.events: list = []
         self.var_of: dict[int, int] = {}  # id(tensor) -> var
         self.var_of_data: dict[int, int] = {}  # id(array) -> var (arrays a var holds)
+        self.values: list[np.ndarray] = []  # var -> its value while tracing
         self.keep: list = []  # keeps traced tensors alive so ids stay unique
-        self.n_vars = 0
+        self.eq_of: dict[int, Eq] = {}  # var -> the equation that made it
         self.inputs: list[int] = []
         self.made_inside: set[int] = set()  # ids of tensors constructed while tracing
         # What a replay must find unchanged (see the module docstring): state functions of the
@@ -142,7 +161,8 @@ class Trace:
                     f"tapegrad operations while tracing ({where}), e.g. `p.data -= lr * p.grad`: "
                     f"a plan replays only tapegrad operations and recorded effects, so that "
                     f"change would happen once. Update parameters with an optimizer from "
-                    f"tapegrad.optim, or wrap the update in tg.effect(fn), which every replay runs"
+                    f"tapegrad.optim, or tg.assign (or wrap the update in tg.effect(fn)), which "
+                    f"every replay runs"
                 )
             if t._grad is not g or (g is not None and g.tobytes() != g0):
                 raise TraceError(
@@ -152,11 +172,12 @@ class Trace:
                     f"clip_grad_value_ (replayed), or wrap the change in tg.effect(fn)"
                 )
 
+    # -- recording ---------------------------------------------------------------------------
     def new_var(self, t: Tensor) -> int:
-        v = self.n_vars
-        self.n_vars += 1
+        v = len(self.values)
         self.var_of[id(t)] = v
         self.var_of_data[id(t.data)] = v
+        self.values.append(t.data)
         self.keep.append(t)
         return v
 
@@ -164,40 +185,99 @@ class Trace:
         return id(t) in self.var_of
 
     def ref(self, arg, array):
+        """How an equation refers to ``arg`` (whose array the primitive received as ``array``)."""
         if isinstance(arg, Tensor):
             v = self.var_of.get(id(arg))
+            if v is None:
+                v = self.var_of_data.get(id(arg.data))  # a constant wrapper of a traced value
             if v is not None:
                 return (VAR, v)
-            if id(arg) not in self.made_inside:
-                self.watch(arg)
-                return (EXT, arg)  # a parameter or a tensor captured from outside: read live
-            array = arg.data  # made while tracing: a view of a traced array, or a constant
+            if id(arg) in self.made_inside:
+                return (CONST, arg.data)
+            self.watch(arg)
+            return (EXT, arg)  # a parameter or a tensor captured from outside: read live
         v = self.var_of_data.get(id(array))
-        if v is not None:
-            return (VAR, v)
-        return (CONST, array)
+        return (VAR, v) if v is not None else (CONST, array)
 
-    def record_eq(self, prim, args, arrays, attrs, result: Tensor, parents) -> None:
-        ins = [self.ref(a, arr) for a, arr in zip(args, arrays)]
+    def record_eq(self, prim, args, arrays, attrs, results, aux, packed=False) -> None:
+        from .primitives.elementwise import _astype
+
+        ins = []
+        for a, arr in zip(args, arrays):
+            if isinstance(a, Tensor) and arr is not a.data and arr.dtype != a.data.dtype:
+                # an integer operand lifted to the float dtype: an equation of its own
+                lifted = Tensor._make(arr, None, False)
+                self.record_eq(_astype, (a,), (a.data,), {"dtype": arr.dtype}, (lifted,), ())
+                a = lifted
+            ins.append(self.ref(a, arr))
         for v in attrs.values():
             if isinstance(v, np.random.Generator):
                 self.rngs_of_ops.add(id(v))  # a random operation: replays draw afresh
-        needs = tuple(p is not None for p in parents) if parents else (False,) * len(ins)
-        out = self.new_var(result)
-        self.events.append(Eq(prim, ins, attrs, out, needs))
+        outs = [self.new_var(r) for r in results]
+        outs += [self.new_var(Tensor._make(a, None, False)) for a in aux]
+        eq = Eq(prim, ins, attrs, outs, packed)
+        for v in outs:
+            self.eq_of[v] = eq
+        self.events.append(eq)
 
-    def record_backward(self, root: Tensor, gradient, order: list[Tensor]) -> None:
+    def begin_backward(self, root: Tensor) -> None:
         if id(root) not in self.var_of:
             raise TraceError("backward() of a tensor computed outside the compiled function")
         self.check_untouched("before backward()")
-        items = []
-        for t in reversed(order):
-            v = self.var_of.get(id(t))
-            items.append((VAR, v) if v is not None else (EXT, t))
-        self.events.append(Backward(self.var_of[id(root)], gradient, items))
+
+    def record_sink(self, t: Tensor, g: Tensor) -> None:
+        self.events.append(Sink(t, self.ref(g, g.data)))
 
     def record_call(self, fn: Callable) -> None:
         self.events.append(Call(fn))
+
+    def fuse(self, order: list[Tensor], targets=None) -> None:
+        """Rewrite the graph about to be differentiated by the fusion table: a node whose
+        primitive and whose first parent's primitive form a pattern of ``FUSIONS``, the parent
+        read by that node alone, becomes one node of the fused primitive (over the parent's
+        inputs), and so does its equation. See ``primitives/fused.py``."""
+        from .graph import Node
+        from .primitives.fused import FUSIONS
+
+        uses: dict[int, int] = {}
+        for t in order:
+            if t._node is not None:
+                for p in t._node.parents:
+                    if p is not None:
+                        uses[id(p)] = uses.get(id(p), 0) + 1
+        for (first_name, second_name), rule in FUSIONS.items():
+            for t in order:
+                node = t._node
+                if node is None or node.prim.name != second_name or node.parents[0] is None:
+                    continue
+                p = node.parents[0]
+                first = p._node
+                if (
+                    first is None
+                    or first.prim.name != first_name
+                    or uses.get(id(p)) != 1
+                    or p._retain
+                    or (targets is not None and id(p) in targets)
+                    or id(t) not in self.var_of
+                ):
+                    continue
+                fused = rule(first, node)
+                if fused is None:
+                    continue
+                prim, attrs = fused
+                res = prim.forward(*first.inputs, **attrs)
+                out, aux = (res[0], res[1:]) if type(res) is tuple else (res, ())
+                if not np.array_equal(out, t.data, equal_nan=True):
+                    continue  # cannot happen by the kernels' construction; never trust it blindly
+                t._node = Node(prim, first.parents, first.inputs, t.data, attrs, tuple(aux))
+                eq = self.eq_of[self.var_of[id(t)]]
+                eq.prim, eq.ins, eq.attrs = prim, self.eq_of[self.var_of[id(p)]].ins, attrs
+                eq.packed = type(res) is tuple
+                del eq.outs[1:]  # the second's saved arrays: the fused forward saves its own
+                for a in aux:
+                    v = self.new_var(Tensor._make(a, None, False))
+                    eq.outs.append(v)
+                    self.eq_of[v] = eq
 
 
 def effect(fn: Callable[[], object], name: str | None = None):
@@ -402,14 +482,60 @@ RETRACE_WARNING = 10
 """Re-traces of one function after which a warning says that tracing keeps repeating."""
 
 
-class Plan:
-    """A trace turned into a flat program of closures over buffers allocated once.
+class _Pool:
+    """Memory blocks that values of a plan share over time: a value takes the smallest free
+    block that holds it (or a new one) and gives it back after its last reader."""
 
-    Equations with a lowering (see ``lowering.py``) write into persistent buffers or are views
-    of them; the others run their primitive's generic forward and VJP. The backward pass is
-    scheduled when the plan is built: each equation's VJP closures, and for every value that
-    receives gradients from several places, an accumulation buffer.
-    """
+    def __init__(self):
+        self.free: list[np.ndarray] = []  # uint8 blocks, sorted by size
+        self.allocated = 0
+
+    def take(self, like: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(an array shaped and laid out like ``like``, the block it lives in)."""
+        if like.nbytes == 0:
+            return np.empty_like(like), None
+        for i, block in enumerate(self.free):
+            if block.nbytes >= like.nbytes:
+                del self.free[i]
+                break
+        else:
+            block = np.empty(like.nbytes, np.uint8)
+            self.allocated += like.nbytes
+        return _laid_out_like(like, block), block
+
+    def give(self, block: np.ndarray | None) -> None:
+        if block is not None:
+            self.free.append(block)
+            self.free.sort(key=lambda b: b.nbytes)
+
+
+def _laid_out_like(like: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """An array over ``block`` with ``like``'s shape, dtype and memory order (the axis order
+    of its strides: an elementwise result of a transposed view is laid out transposed, and
+    kernels downstream choose their path by layout, so a plan keeps eager's)."""
+    order = sorted(range(like.ndim), key=lambda i: -abs(like.strides[i]))
+    strides = [0] * like.ndim
+    step = like.itemsize
+    for i in reversed(order):
+        strides[i] = step
+        step *= like.shape[i]
+    return np.ndarray(like.shape, like.dtype, buffer=block, strides=tuple(strides))
+
+
+def _view_source(out, arrays) -> int | None:
+    """The position of the input array whose memory ``out`` is a view of, if any."""
+    if not isinstance(out, np.ndarray) or out.size == 0:
+        return None
+    for k, a in enumerate(arrays):
+        if isinstance(a, np.ndarray) and np.may_share_memory(out, a):
+            return k
+    return None
+
+
+class Plan:
+    """A trace turned into a flat program over buffers allocated once (see the module
+    docstring): ``program`` is a list of calls, each an equation's forward bound to its input
+    arrays and output buffers, a sink, an effect, or a reduction."""
 
     def __init__(self, trace: Trace, input_tensors: list[Tensor], outputs, captured=()):
         self.guards = list(trace.guards.values())
@@ -417,158 +543,81 @@ class Plan:
         self.captured = [(what, get, get()) for what, get in captured]
         self.inputs = input_tensors
         self.out_spec = outputs
-        n = trace.n_vars
-        self.vals: list = [None] * n
-        self.grads: list = [None] * n
-        self.eq_of: dict[int, Eq] = {e.out: e for e in trace.events if isinstance(e, Eq)}
-        self.lowered: dict = {}
-        self.nodes: dict = {}
-        self.ext_arrays: list[tuple[Tensor, np.ndarray]] = []
-        self.leaf_grads: dict[int, np.ndarray] = {}
-        persistent = [False] * n
-        for t, v in zip(input_tensors, trace.inputs):
-            self.vals[v] = t.data
-            persistent[v] = True
         self.input_vals = [t.data for t in input_tensors]
         self._check_constants(trace)
-        self._reduction_buffers(trace)
-        fusable = self._fusable(trace)
-        deferred: dict[int, Eq] = {}
+        events = _live_events(trace, self.out_spec)
+        self.eqs = [e for e in events if isinstance(e, Eq)]
+        root, dies = _lifetimes(trace, events, self.out_spec)
+        self.vals: dict[int, np.ndarray] = dict(zip(trace.inputs, self.input_vals))
+        self.leaf_grads: dict[int, np.ndarray] = self._reduction_buffers(events)
+        self.ext_arrays: list[tuple[Tensor, np.ndarray]] = []
+        self.allocating: list[str] = []  # equations whose forward allocates (then copied)
+        pool, blocks = _Pool(), {}
         program: list[Callable] = []
-        for e in trace.events:
-            if isinstance(e, Eq) and e.out in fusable:
-                deferred[e.out] = e  # emitted with the one equation that consumes it
-                continue
-            if isinstance(e, Eq) and e.ins and e.ins[0][0] == VAR and e.ins[0][1] in deferred:
-                first = deferred.pop(e.ins[0][1])
-                if self._fuse(first, e, trace, persistent, program):
-                    continue
-                self._emit(first, trace, persistent, program)  # the fused kernel declined
+        for i, e in enumerate(events):
             if isinstance(e, Eq):
-                self._emit(e, trace, persistent, program)
-            elif isinstance(e, Backward):
-                program.append(self._schedule_backward(e, trace))
+                ins = [self._array(r) for r in e.ins]
+                if root[e.outs[0]] != e.outs[0]:  # a view of an input: taken once, here
+                    view = e.prim.forward(*ins, **e.attrs)
+                    if _view_source(view, ins) is not None:
+                        self.vals[e.outs[0]] = view
+                        self._release(dies, i, pool, blocks)
+                        continue
+                outs = []
+                for v in e.outs:
+                    self.vals[v], blocks[v] = pool.take(trace.values[v])
+                    outs.append(self.vals[v])
+                program.append(_bound(e, ins, outs))
+                if not e.prim.writes_out:
+                    self.allocating.append(e.prim.name)
+            elif isinstance(e, Sink):
+                program.append(self._sink(e.tensor, self._array(e.grad)))
             elif isinstance(e, Reduce):
-                program.append(self._reduction(e))
+                program.append(functools.partial(e.fn, self.vals[e.loss]))
             else:
                 program.append(e.fn)
+            self._release(dies, i, pool, blocks)
         self.program = program
+        self.buffer_bytes = pool.allocated
         self.ext_arrays = list({id(t): (t, a) for t, a in self.ext_arrays}.values())
 
-    def _reduction_buffers(self, trace: Trace) -> None:
+    @staticmethod
+    def _release(dies, i, pool, blocks) -> None:
+        for r in dies.get(i, ()):
+            pool.give(blocks.pop(r, None))
+
+    def _array(self, ref):
+        kind, p = ref
+        if kind == VAR:
+            return self.vals[p]
+        if kind == EXT:
+            self.ext_arrays.append((p, p.data))
+            return p.data
+        return p
+
+    def _reduction_buffers(self, events) -> dict:
         """Let a gradient reduction choose where the leaves' gradients accumulate (one flat
         buffer it reduces in place); the leaves it does not claim get their own buffers."""
-        for e in trace.events:
+        leaves = list({id(e.tensor): e.tensor for e in events if isinstance(e, Sink)}.values())
+        out = {}
+        for e in events:
             if isinstance(e, Reduce) and hasattr(e.fn, "buffers"):
-                leaves = [
-                    p
-                    for b in trace.events
-                    if isinstance(b, Backward)
-                    for k, p in b.order
-                    if k == EXT
-                ]
-                self.leaf_grads.update(e.fn.buffers(leaves))
-
-    def _reduction(self, e: Reduce) -> Callable:
-        vals, fn, v = self.vals, e.fn, e.loss
-
-        def reduce():
-            fn(vals[v])
-
-        return reduce
-
-    def _fusable(self, trace: Trace) -> set[int]:
-        """Outputs of equations fused into their single consumer (see ``FUSIONS``): read by
-        that one equation, as its first input, and by nothing else (not even as a result). A
-        ReLU feeding a max-pool fuses with the pool, not with a bias before it."""
-        from .lowering import FUSIONS
-
-        uses: dict[int, int] = {}
-        for e in trace.events:
-            if isinstance(e, Eq):
-                for kind, p in e.ins:
-                    if kind == VAR:
-                        uses[p] = uses.get(p, 0) + 1
-            elif isinstance(e, Backward):
-                uses[e.root] = uses.get(e.root, 0) + 1
-            elif isinstance(e, Reduce):
-                uses[e.loss] = uses.get(e.loss, 0) + 1
-        for v in _spec_vars(self.out_spec):
-            uses[v] = uses.get(v, 0) + 1
-        out = set()
-        for consumers in (("max_pool1d", "max_pool2d"), ("relu",)):
-            for e in trace.events:
-                if not (isinstance(e, Eq) and e.prim.name in consumers and e.ins[0][0] == VAR):
-                    continue
-                if e.out in out:
-                    continue  # this ReLU already fuses with its pool
-                src = self.eq_of.get(e.ins[0][1])
-                if (
-                    src is not None
-                    and (src.prim.name, e.prim.name) in FUSIONS
-                    and uses.get(src.out) == 1
-                ):
-                    out.add(src.out)
+                out.update(e.fn.buffers(leaves))
         return out
 
-    def _fuse(self, first: Eq, second: Eq, trace, persistent, program) -> bool:
-        """Emit ``second(first(...))`` as one lowered equation over ``first``'s inputs."""
-        from .lowering import FUSIONS
+    def _sink(self, t: Tensor, g: np.ndarray) -> Callable:
+        buf = self.leaf_grads.get(id(t))
+        if buf is None:
+            buf = self.leaf_grads[id(t)] = np.empty_like(t.data)
 
-        xs = self._inputs(first, persistent)
-        if any(not isinstance(x, np.ndarray) for x in xs):
-            return False
-        low = FUSIONS[first.prim.name, second.prim.name](
-            first, second, xs, trace.keep[second.out].data
-        )
-        if low is None:
-            return False
-        fused = Eq(second.prim, first.ins, second.attrs, second.out, first.needs)
-        self.eq_of[second.out] = fused
-        del self.eq_of[first.out]
-        self._install(fused, low, persistent, program)
-        return True
+        def deliver():
+            if t._grad is None:
+                np.copyto(buf, g)
+                t._grad = buf
+            else:
+                t._grad += g
 
-    def _inputs(self, e: Eq, persistent) -> list:
-        """``e``'s input arrays as they stand at plan time: None for a value no lowering wrote
-        (it is recomputed each replay, so no buffer can hold on to it)."""
-        return [
-            (self.vals[p] if persistent[p] else None)
-            if kind == VAR
-            else (p.data if kind == EXT else p)
-            for kind, p in e.ins
-        ]
-
-    def _install(self, e: Eq, low, persistent, program) -> None:
-        """Make ``low`` the plan's code for ``e``: its output buffer, its forward kernel."""
-        self.lowered[e.out] = low
-        self.vals[e.out] = low.out
-        persistent[e.out] = True
-        self.ext_arrays += [(p, p.data) for kind, p in e.ins if kind == EXT]
-        if low.fwd is not None:
-            program.append(low.fwd)
-
-    def _emit(self, e: Eq, trace, persistent, program) -> None:
-        from .graph import Node
-        from .lowering import lower
-
-        xs = self._inputs(e, persistent)
-        low = None
-        if all(x is not None for x in xs):
-            low = lower(e, xs, trace.keep[e.out].data)
-        if low is not None:
-            self._install(e, low, persistent, program)
-        else:
-            if any(e.needs):
-                self.nodes[e.out] = Node(
-                    e.prim,
-                    tuple(True if k else None for k in e.needs),
-                    None,
-                    None,
-                    e.attrs,
-                    None,
-                )
-            program.append(self._generic(e))
+        return deliver
 
     def _check_constants(self, trace: Trace) -> None:
         # An array made from an input outside tapegrad's operations (y.astype(...), np.asarray
@@ -589,161 +638,6 @@ class Plan:
                             f"would reuse this call's values forever. Convert inputs before "
                             f"calling the compiled function, or use tapegrad operations"
                         )
-
-    # -- building ------------------------------------------------------------------------------
-    def _generic(self, e: Eq) -> Callable:
-        vals, prim, attrs, ins = self.vals, e.prim, e.attrs, e.ins
-        node = self.nodes.get(e.out)
-        out_var = e.out
-
-        def run():
-            arrays = [vals[p] if k == VAR else (p.data if k == EXT else p) for k, p in ins]
-            out = prim.forward(*arrays, **attrs)
-            aux = None
-            if prim.aux:
-                out, aux = out
-            if type(out) is not np.ndarray:
-                out = np.asarray(out)
-            vals[out_var] = out
-            if node is not None:
-                node.inputs, node.out, node.aux = arrays, out, aux
-
-        return run
-
-    def _schedule_backward(self, b: Backward, trace: Trace) -> Callable:
-        grads = self.grads
-        leaf_store: dict[int, np.ndarray | None] = {}
-        # how many contributions each target receives, to give shared ones a buffer
-        counts: dict = {}
-        for kind, p in b.order:
-            if kind == VAR and p in self.eq_of:
-                e = self.eq_of[p]
-                for (rk, rp), need in zip(e.ins, e.needs):
-                    if need:
-                        key = ("v", rp) if rk == VAR else ("e", id(rp))
-                        counts[key] = counts.get(key, 0) + 1
-        acc = {
-            k: np.empty(self._shape_of(k, trace), self._dtype_of(k, trace))
-            for k, c in counts.items()
-            if c > 1
-        }
-
-        def assign(ident):  # the only contribution this value receives: no checks needed
-            def set_grad(c):
-                grads[ident] = c
-
-            return set_grad
-
-        def deliver(key, c):
-            kind, ident = key
-            store_get = grads.__getitem__ if kind == "v" else leaf_store.get
-            prev = store_get(ident)
-            if prev is None:
-                buf = acc.get(key)
-                if buf is not None:
-                    np.copyto(buf, c)
-                    c = buf
-                if kind == "v":
-                    grads[ident] = c
-                else:
-                    leaf_store[ident] = c
-            else:
-                np.add(prev, c, out=prev)
-
-        steps = []
-        for kind, p in b.order:
-            if kind == EXT:
-                steps.append(self._leaf_step(p, leaf_store))
-                continue
-            e = self.eq_of.get(p)
-            if e is None or not any(e.needs):
-                continue
-            targets = [
-                (i, ("v", rp) if rk == VAR else ("e", id(rp)))
-                for i, ((rk, rp), need) in enumerate(zip(e.ins, e.needs))
-                if need
-            ]
-            low = self.lowered.get(p)
-            if low is not None:
-                # In input order: lowerings that compute every input's gradient in one pass
-                # (the scans, the direct conv backward) do it in the first VJP called.
-                rules = [
-                    (
-                        low.vjps[i],
-                        assign(key[1])
-                        if key[0] == "v" and counts[key] == 1
-                        else functools.partial(deliver, key),
-                    )
-                    for i, key in targets
-                ]
-
-                def step(p=p, rules=rules):
-                    g = grads[p]
-                    grads[p] = None
-                    if g is None:
-                        return
-                    for rule, give in rules:
-                        give(rule(g))
-            else:
-                node = self.nodes[p]
-
-                def step(p=p, node=node, targets=targets):
-                    g = grads[p]
-                    grads[p] = None
-                    if g is None:
-                        return
-                    gs = node.vjp(g)
-                    for i, key in targets:
-                        if gs[i] is not None:
-                            deliver(key, gs[i])
-
-            steps.append(step)
-
-        root = b.root
-        like = trace.keep[root].data
-        seed = np.ones_like(like) if b.gradient is None else b.gradient
-
-        def backward():
-            grads[root] = seed
-            for step in steps:
-                step()
-
-        return backward
-
-    def _shape_of(self, key, trace):
-        kind, ident = key
-        return trace.keep[ident].data.shape if kind == "v" else self._ext(ident, trace).data.shape
-
-    def _dtype_of(self, key, trace):
-        kind, ident = key
-        return trace.keep[ident].data.dtype if kind == "v" else self._ext(ident, trace).data.dtype
-
-    @staticmethod
-    def _ext(ident, trace):
-        for e in trace.events:
-            if isinstance(e, Eq):
-                for kind, p in e.ins:
-                    if kind == EXT and id(p) == ident:
-                        return p
-        raise KeyError(ident)
-
-    def _leaf_step(self, t: Tensor, leaf_store: dict) -> Callable:
-        key = id(t)
-        buf = self.leaf_grads.get(key)
-        if buf is None:
-            buf = self.leaf_grads[key] = np.empty_like(t.data)
-
-        def step():
-            g = leaf_store.pop(key, None)
-            if g is None:
-                return
-            if t._grad is None:
-                np.copyto(buf, g)
-                t._grad = buf
-            else:
-                t._grad += g
-
-        return step
 
     # -- replay --------------------------------------------------------------------------------
     def stale(self) -> str | None:
@@ -775,6 +669,81 @@ class Plan:
         for step in self.program:
             step()
         return _unflatten(self.out_spec, self)
+
+
+def _bound(e: Eq, ins: list, outs: list) -> Callable:
+    """``e``'s forward bound to its arrays: called with nothing, it writes into ``outs``."""
+    prim, attrs = e.prim, e.attrs
+    out = tuple(outs) if e.packed else outs[0]
+    if prim.writes_out:
+        kw = dict(attrs, out=out)
+        if prim.uses_ws:
+            kw["ws"] = Workspace()
+        return functools.partial(prim.forward, *ins, **kw)
+
+    def run():  # a forward that only allocates (a custom operation, a rare one): copy its result
+        res = prim.forward(*ins, **attrs)
+        for buf, r in zip(outs, res if type(res) is tuple else (res,)):
+            np.copyto(buf, r)
+
+    return run
+
+
+def _live_events(trace: Trace, out_spec) -> list:
+    """The events a replay must run: side effects, and the equations whose values something
+    reads (dead-code elimination, from the last event back)."""
+    needed = set(_spec_vars(out_spec))
+    live = []
+    for e in reversed(trace.events):
+        if isinstance(e, Eq):
+            if not (e.prim.effect or any(v in needed for v in e.outs)):
+                continue
+            needed.update(p for k, p in e.ins if k == VAR)
+        elif isinstance(e, Sink):
+            if e.grad[0] == VAR:
+                needed.add(e.grad[1])
+        elif isinstance(e, Reduce):
+            needed.add(e.loss)
+        live.append(e)
+    live.reverse()
+    return live
+
+
+def _lifetimes(trace: Trace, events: list, out_spec) -> tuple[dict, dict]:
+    """``root[v]``: the value whose buffer ``v`` lives in (itself, the base it is a view of,
+    or None for a view of a parameter or constant); ``dies[i]``: the roots whose last reader is
+    event ``i`` (their buffers go back to the pool after it). Plan inputs and outputs never die."""
+    root: dict[int, int | None] = {v: v for v in trace.inputs}
+    last: dict[int, int] = {}
+    for i, e in enumerate(events):
+        reads = []
+        if isinstance(e, Eq):
+            reads = [p for k, p in e.ins if k == VAR]
+            for v in e.outs:
+                root[v] = v
+                last[v] = i  # a value nothing reads goes back right after it is made
+            if len(e.outs) == 1:
+                srcs = [
+                    trace.values[p] if k == VAR else (p.data if k == EXT else p) for k, p in e.ins
+                ]
+                k = _view_source(trace.values[e.outs[0]], srcs)
+                if k is not None:  # a view of an input: it lives in that input's buffer
+                    del last[e.outs[0]]
+                    kind, p = e.ins[k]
+                    root[e.outs[0]] = root[p] if kind == VAR else None
+        elif isinstance(e, Sink) and e.grad[0] == VAR:
+            reads = [e.grad[1]]
+        elif isinstance(e, Reduce):
+            reads = [e.loss]
+        for v in reads:
+            if root[v] is not None:
+                last[root[v]] = i
+    keep = {root[v] for v in _spec_vars(out_spec)} | set(trace.inputs)
+    dies: dict[int, list] = {}
+    for r, i in last.items():
+        if r not in keep:
+            dies.setdefault(i, []).append(r)
+    return root, dies
 
 
 def _spec_vars(spec):

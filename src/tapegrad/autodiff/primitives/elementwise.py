@@ -7,15 +7,27 @@ import math
 import numpy as np
 
 from . import samples as S
-from .registry import Sample, primitive, run
+from .registry import Sample, primitive, run, scratch
 
 
-def _sigmoid(x):
+def _sigmoid(x, out=None):
     # 0.5 * (1 + tanh(x / 2)): one transcendental, no overflow for large |x|.
-    out = np.multiply(x, 0.5, out=np.empty_like(x))
+    out = np.multiply(x, 0.5, out=np.empty_like(x) if out is None else out)
     np.tanh(out, out=out)
     out += 1
     out *= 0.5
+    return out
+
+
+def _relu(x, out=None):
+    return np.maximum(x, 0, out=out)
+
+
+def _where(c, x, y, out=None):
+    if out is None:
+        return np.where(c, x, y)
+    np.copyto(out, y)
+    np.copyto(out, x, where=c)
     return out
 
 
@@ -122,7 +134,7 @@ def _where_samples(rng):
 
 where = primitive(
     "where",
-    np.where,
+    _where,
     (
         None,
         lambda g, out, c, x, y: run(where, c, g, 0),
@@ -227,7 +239,7 @@ sigmoid = primitive(
 )
 relu = primitive(
     "relu",
-    lambda x: np.maximum(x, 0),
+    _relu,
     (lambda g, out, x: g * (x > 0),),
     reference=lambda x: x * (x > 0),
     samples=S.unary(gap=0.1),
@@ -263,9 +275,15 @@ exp2 = _math("exp2", np.exp2, lambda x, out: out * _LN2, lambda x: np.exp(x * _L
 reciprocal = _math(
     "reciprocal", np.reciprocal, lambda x, out: -(out * out), lambda x: 1.0 / x, 0.3, 2
 )
+
+
+def _rsqrt(x, out=None):
+    return np.reciprocal(np.sqrt(x, out=out), out=out)
+
+
 rsqrt = _math(
     "rsqrt",
-    lambda x: np.reciprocal(np.sqrt(x)),
+    _rsqrt,
     lambda x, out: -0.5 * out / x,
     lambda x: x**-0.5,
     0.2,
@@ -356,8 +374,8 @@ trunc = _rounding("trunc", np.trunc, lambda x: np.sign(x) * np.floor(np.abs(x)))
 round_ = _rounding("round", np.round, lambda x: np.floor(x + 0.5))  # samples avoid .5 ties
 
 
-def _softplus(x):
-    return np.logaddexp(x, np.zeros((), x.dtype))
+def _softplus(x, out=None):
+    return np.logaddexp(x, np.zeros((), x.dtype), out=out)
 
 
 softplus = primitive(
@@ -371,8 +389,8 @@ softplus = primitive(
 )
 
 
-def _clip_fwd(x, lo=None, hi=None):
-    return np.clip(x, lo, hi)
+def _clip_fwd(x, lo=None, hi=None, out=None):
+    return np.clip(x, lo, hi, out=out)
 
 
 def _clip_vjp(g, out, x, lo=None, hi=None):
@@ -408,8 +426,11 @@ def clip(x, lo=None, hi=None):
     return _clip(x, lo=lo, hi=hi)
 
 
-def _astype_fwd(x, dtype):
-    return x.astype(dtype)
+def _astype_fwd(x, dtype, out=None):
+    if out is None:
+        return x.astype(dtype)
+    np.copyto(out, x, casting="unsafe")
+    return out
 
 
 _astype = primitive(
@@ -431,15 +452,24 @@ def astype(x, dtype):
 class _PatternRandom:
     """A stand-in generator with fixed, reproducible draws (for the registry samples)."""
 
-    def random(self, shape, dtype=np.float64):
+    def random(self, size=None, dtype=np.float64, out=None):
+        shape = out.shape if out is not None else size
         n = int(np.prod(shape, dtype=np.int64))
-        return ((np.arange(n) * 0.618034) % 1.0).astype(dtype).reshape(shape)
+        r = ((np.arange(n) * 0.618034) % 1.0).astype(dtype).reshape(shape)
+        return r if out is None else _into(out, r)
 
-    def standard_normal(self, shape, dtype=np.float64):
-        return (self.random(shape, dtype) - dtype(0.5)) * dtype(3.0)
+    def standard_normal(self, size=None, dtype=np.float64, out=None):
+        shape = out.shape if out is not None else size
+        r = (self.random(shape, dtype) - dtype(0.5)) * dtype(3.0)
+        return r if out is None else _into(out, r)
 
     def integers(self, low, high, size, dtype=np.int64):
         return (low + np.floor(self.random(size) * (high - low))).astype(dtype)
+
+
+def _into(out, r):
+    np.copyto(out, r)
+    return out
 
 
 RNG_LOG: list | None = None
@@ -452,12 +482,18 @@ def _log_rng(rng) -> None:
         RNG_LOG.append((rng, rng.bit_generator.state))
 
 
-def _random(shape, dtype, dist, rng, low=0, high=None):
+def _random(shape, dtype, dist, rng, low=0, high=None, out=None):
     _log_rng(rng)
     if dist == "integers":
-        return rng.integers(low, high, size=shape, dtype=dtype)
+        drawn = rng.integers(low, high, size=shape, dtype=dtype)
+        if out is None:
+            return drawn
+        np.copyto(out, drawn)
+        return out
     draw = rng.standard_normal if dist == "normal" else rng.random
-    return draw(shape, dtype=dtype)
+    if out is None:
+        return draw(shape, dtype=dtype)
+    return draw(dtype=dtype, out=out)
 
 
 def _random_reference(shape, dtype, dist, rng, low=0, high=None):
@@ -482,18 +518,19 @@ random_draw = primitive(
             ((3, 2), np.int64, "integers", {"low": -2, "high": 5}),
         ]
     ],
+    effect=True,
     doc="Samples of shape ``shape`` from ``rng``: standard normal (dist='normal'), uniform on "
     "[0, 1) (dist='uniform'), or integers in [low, high) (dist='integers'). Compiled plans "
     "draw afresh on every replay. Not differentiable.",
 )
 
 
-def _dropout_mask(x, p, rng):
+def _dropout_mask(x, p, rng, out=None, ws=None):
     _log_rng(rng)
-    keep = rng.random(x.shape, dtype=x.dtype if x.dtype == np.float32 else np.float64) >= p
-    mask = keep.astype(x.dtype)
-    mask *= x.dtype.type(1.0 / (1.0 - p))
-    return mask
+    draws = scratch(ws, "u", x.shape, x.dtype if x.dtype == np.float32 else np.float64)
+    rng.random(dtype=draws.dtype, out=draws)
+    keep = np.greater_equal(draws, p, out=scratch(ws, "keep", x.shape, np.bool_))
+    return np.multiply(keep, x.dtype.type(1.0 / (1.0 - p)), out=out)
 
 
 dropout_mask = primitive(
@@ -505,6 +542,7 @@ dropout_mask = primitive(
         Sample((S.values(rng, s),), {"p": p, "rng": _PatternRandom()})
         for s, p in [((4, 5), 0.3), ((7,), 0.5)]
     ],
+    effect=True,
     doc="A mask shaped like x: 0 with probability p, else 1/(1-p), drawn from ``rng``. "
     "Not differentiable (the product with it is).",
 )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import unbroadcast
 from ..errors import ShapeError
 from . import samples as S
 from .registry import Sample, primitive, run
-from .shape import _permute
+from .shape import _permute, sum_to
 
 
 def _as_matrices(a, b, g):
@@ -31,7 +30,11 @@ def _swap_last(m):
 
 def _vjp_a(g, out, a, b):
     a2, b2, g2 = _as_matrices(a, b, g)
-    return unbroadcast(run(matmul, g2, _swap_last(b2)), a2.shape).reshape(a.shape)
+    return _sum_to(run(matmul, g2, _swap_last(b2)), a2.shape).reshape(a.shape)
+
+
+def _sum_to(g, shape):
+    return g if g.shape == tuple(shape) else run(sum_to, g, shape=shape)
 
 
 def transposed_layout(b) -> bool:
@@ -43,10 +46,10 @@ def transposed_layout(b) -> bool:
 
 
 def _vjp_b(g, out, a, b):
-    if a.ndim == 2 and isinstance(b, np.ndarray) and transposed_layout(b):
-        return np.matmul(g.T, a).T
+    if a.ndim == 2 and transposed_layout(b if isinstance(b, np.ndarray) else b.data):
+        return _swap_last(run(matmul, _swap_last(g), a))  # (g^T a)^T: b's own layout
     a2, b2, g2 = _as_matrices(a, b, g)
-    return unbroadcast(run(matmul, _swap_last(a2), g2), b2.shape).reshape(b.shape)
+    return _sum_to(run(matmul, _swap_last(a2), g2), b2.shape).reshape(b.shape)
 
 
 def _samples(rng):
@@ -65,7 +68,7 @@ def _samples(rng):
     return [Sample((S.values(rng, a), S.values(rng, b))) for a, b in pairs]
 
 
-def _matmul(a, b):
+def _matmul(a, b, out=None):
     ka = a.shape[-1] if a.ndim else None
     kb = (b.shape[0] if b.ndim == 1 else b.shape[-2]) if b.ndim else None
     if ka is None or kb is None:
@@ -78,7 +81,7 @@ def _matmul(a, b):
             f"first ({ka}) must equal the {'first' if b.ndim == 1 else 'second-to-last'}"
             f" dim of the second ({kb})"
         )
-    return np.matmul(a, b)
+    return np.matmul(a, b, out=out)
 
 
 matmul = primitive(

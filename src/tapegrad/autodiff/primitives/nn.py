@@ -37,12 +37,18 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DTypeError, ShapeError
-from ..kernels import max_pool_backward, max_pool_forward, scatter_add_rows
+from ..kernels import (
+    add_channel_bias,
+    add_into,
+    max_pool_backward,
+    max_pool_forward,
+    scatter_add_rows,
+)
 from ..kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from . import samples as S
 from .elementwise import sigmoid
 from .reduce import _logsumexp, _softmax, _sum
-from .registry import Sample, primitive, run
+from .registry import Sample, differentiating, primitive, run, scratch
 
 __all__ = [
     "conv1d",
@@ -69,49 +75,31 @@ def _offset_slices(offsets, stride, out_shape) -> tuple:
 
 
 # -- convolution -----------------------------------------------------------------------------
-def _pad_input(x: np.ndarray, padding: tuple) -> np.ndarray:
+def _padded(x: np.ndarray, padding: tuple, buf: np.ndarray | None) -> np.ndarray:
+    """x with zero padding (x itself when there is none), written into ``buf`` when given."""
     if not any(padding):
         return x
     shape = x.shape[:2] + tuple(n + 2 * p for n, p in zip(x.shape[2:], padding))
-    xp = np.zeros(shape, dtype=x.dtype)
-    xp[
-        (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, x.shape[2:]))
-    ] = x
+    xp = np.zeros(shape, dtype=x.dtype) if buf is None else buf
+    if buf is not None:
+        xp.fill(0)  # a plan's buffer may hold another value's bytes
+    np.copyto(xp[_interior(padding, x.shape)], x)
     return xp
 
 
-def _im2col(x: np.ndarray, ksize: tuple, stride: tuple, padding: tuple):
-    """``cols`` (N, C*prod(K), prod(out)) and the output spatial shape."""
-    xp = _pad_input(x, padding)
-    n, c = x.shape[:2]
-    out_shape = tuple((s - k) // st + 1 for s, k, st in zip(xp.shape[2:], ksize, stride))
+def _interior(padding: tuple, shape: tuple) -> tuple:
+    return (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(padding, shape[2:]))
+
+
+def _windows(xp: np.ndarray, ksize: tuple, stride: tuple, out_shape: tuple) -> np.ndarray:
+    """The (N, C, *K, *out) strided view of every window of the padded input."""
     sp = xp.strides[2:]
-    view = as_strided(
+    return as_strided(
         xp,
-        shape=(n, c) + ksize + out_shape,
+        shape=xp.shape[:2] + ksize + out_shape,
         strides=xp.strides[:2] + sp + tuple(a * st for a, st in zip(sp, stride)),
         writeable=False,
     )
-    cols = view.reshape(n, c * math.prod(ksize), math.prod(out_shape))
-    return cols, out_shape
-
-
-def _col2im(
-    gcols: np.ndarray, x_shape: tuple, ksize: tuple, stride: tuple, padding: tuple, out_shape
-):
-    """Adjoint of :func:`_im2col`: fold column gradients back, one strided add per offset."""
-    n, c = x_shape[:2]
-    padded = (n, c) + tuple(s + 2 * p for s, p in zip(x_shape[2:], padding))
-    gx = np.zeros(padded, dtype=gcols.dtype)
-    gc = gcols.reshape((n, c) + ksize + out_shape)
-    for offs in itertools.product(*(range(k) for k in ksize)):
-        gx[_offset_slices(offs, stride, out_shape)] += gc[(slice(None), slice(None)) + offs]
-    if any(padding):
-        gx = gx[
-            (slice(None), slice(None))
-            + tuple(slice(p, p + s) for p, s in zip(padding, x_shape[2:]))
-        ]
-    return gx
 
 
 def _shifted(x, w, stride) -> bool:
@@ -123,21 +111,51 @@ def _shifted(x, w, stride) -> bool:
     return x.ndim == 3 and stride == (1,)
 
 
-def _conv_fwd(x, w, *bias, stride, padding):
+def _taps(w: np.ndarray, ws) -> np.ndarray:
+    """Contiguous copies of the weight's taps (K, O, C): BLAS operands without a per-call copy
+    inside matmul (the weight is updated in place, so they are refreshed every call)."""
+    wk = scratch(ws, "taps", (w.shape[2],) + w.shape[:2], w.dtype)
+    np.copyto(wk, np.moveaxis(w, 2, 0))
+    return wk
+
+
+def _conv_fwd(x, w, *bias, stride, padding, out=None, ws=None):
+    """(out, *saved): saved is the padded input (1-d, stride 1, padded), the im2col columns
+    (N, C*prod(K), prod(out)) otherwise, or nothing (1-d, stride 1, unpadded: x itself)."""
+    res, saved = (None, None) if out is None else (out[0], out[1] if len(out) > 1 else None)
+    n, o = x.shape[0], w.shape[0]
     if _shifted(x, w, stride):
-        xp = _pad_input(x, padding)
+        xp = _padded(x, padding, saved)
         length = xp.shape[2] - w.shape[2] + 1
-        out = np.matmul(w[:, :, 0], xp[:, :, :length])
+        wk = _taps(w, ws)
+        res = np.matmul(wk[0], xp[:, :, :length], out=res)
+        tmp = scratch(ws, "tmp", res.shape, res.dtype)
         for k in range(1, w.shape[2]):
-            out += np.matmul(w[:, :, k], xp[:, :, k : k + length])
-        saved = xp
+            np.add(res, np.matmul(wk[k], xp[:, :, k : k + length], out=tmp), out=res)
+        kept = (xp,) if any(padding) else ()
     else:
-        saved, out_shape = _im2col(x, w.shape[2:], stride, padding)
-        out = np.matmul(w.reshape(w.shape[0], -1), saved)
-        out = out.reshape(out.shape[:2] + out_shape)
+        buf = None
+        if any(padding) and ws is not None:
+            shape = x.shape[:2] + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding))
+            buf = ws.array("xp", shape, x.dtype)
+        xp = _padded(x, padding, buf)
+        ksize = w.shape[2:]
+        out_shape = tuple((s - k) // st + 1 for s, k, st in zip(xp.shape[2:], ksize, stride))
+        window = _windows(xp, ksize, stride, out_shape)
+        cols = (
+            saved
+            if saved is not None
+            else np.empty((n, x.shape[1] * math.prod(ksize), math.prod(out_shape)), x.dtype)
+        )
+        np.copyto(cols.reshape(window.shape), window)
+        if res is None:
+            res = np.empty((n, o) + out_shape, x.dtype)
+        np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
+        kept = (cols,)
     if bias:
-        out += bias[0].reshape((-1,) + (1,) * (x.ndim - 2))
-    return out, saved
+        r3 = res.reshape(n, o, -1)
+        add_channel_bias(r3, bias[0], r3)
+    return (res, *kept)
 
 
 def direct_backward_applies(x, w, stride, padding) -> bool:
@@ -157,38 +175,70 @@ def direct_backward_sparse(g) -> bool:
 
 
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, aux):
-    n, o = g.shape[:2]
-    grads = [None] * (2 + len(bias))
-    if direct_backward_applies(x, w, stride, padding) and direct_backward_sparse(g):
-        from ..kernels.conv import conv_backward
+    wanted = (needs[0], needs[1], bool(bias) and needs[2])
+    got = iter(run(conv_backward, g, x, w, *aux, stride=stride, padding=padding, needs=wanted))
+    return [next(got) if need else None for need in wanted[: 2 + len(bias)]]
 
-        gx = np.empty_like(x) if needs[0] else None  # x's layout: the kernel writes it in place
-        gw = np.empty(w.shape, g.dtype) if needs[1] else None
-        gb = np.empty(bias[0].shape, g.dtype) if bias and needs[2] else None
-        conv_backward(np.ascontiguousarray(g), x, w, gw, gb, gx)
-        return [gx, gw, gb][: len(grads)]
-    if bias and needs[2]:
-        grads[2] = g.sum(axis=(0,) + tuple(range(2, g.ndim)))
-    if _shifted(x, w, stride):
-        xp, length = aux, g.shape[2]
-        if needs[0]:
-            gxp = np.zeros(xp.shape, dtype=g.dtype)
-            for k in range(w.shape[2]):
-                gxp[:, :, k : k + length] += np.matmul(w[:, :, k].T, g)
-            grads[0] = gxp[:, :, padding[0] : padding[0] + x.shape[2]] if padding[0] else gxp
-        if needs[1]:
-            gw = np.empty(w.shape, dtype=g.dtype)
-            for k in range(w.shape[2]):
-                gw[:, :, k] = np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1)).sum(0)
-            grads[1] = gw
+
+def _conv_backward_fwd(g, x, w, *saved, stride, padding, needs, out=None, ws=None):
+    """The input, weight and bias gradients that ``needs`` asks for, in that order. The input
+    gradient comes in x's memory layout. Where ``direct_backward_applies`` and g is sparse
+    enough (checked on every call), one pass of the direct kernel computes them all;
+    otherwise BLAS: per-tap products (1-d, stride 1) or col2im of ``W^T g``."""
+    n, o = g.shape[:2]
+    outs = iter(out if out is not None else ())
+    gx = (next(outs, None) if out is not None else np.empty_like(x)) if needs[0] else None
+    gw = (next(outs, None) if out is not None else np.empty(w.shape, g.dtype)) if needs[1] else None
+    gb = (next(outs, None) if out is not None else np.empty(o, g.dtype)) if needs[2] else None
+    grads = tuple(a for a in (gx, gw, gb) if a is not None)
+    if direct_backward_applies(x, w, stride, padding) and direct_backward_sparse(g):
+        from ..kernels.conv import conv_backward as direct
+
+        direct(np.ascontiguousarray(g), x, w, gw, gb, gx)
         return grads
-    cols = aux
-    g2 = g.reshape(n, o, -1)
-    if needs[0]:
-        gcols = np.matmul(w.reshape(o, -1).T, g2)
-        grads[0] = _col2im(gcols, x.shape, w.shape[2:], stride, padding, g.shape[2:])
-    if needs[1]:
-        grads[1] = np.matmul(g2, cols.transpose(0, 2, 1)).sum(axis=0).reshape(w.shape)
+    if gb is not None:
+        np.sum(g, axis=(0,) + tuple(range(2, g.ndim)), out=gb)
+    # the input gradient, accumulated into a zeroed (padded) buffer
+    target = None
+    if gx is not None:
+        if any(padding):
+            shape = x.shape[:2] + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding))
+            target = scratch(ws, "gxp", shape, g.dtype)
+        else:
+            target = gx
+        target.fill(0)
+    if _shifted(x, w, stride):
+        xp = saved[0] if saved else x
+        length = g.shape[2]
+        wk = _taps(w, ws)
+        if gx is not None:
+            tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype)
+            for k in range(w.shape[2]):
+                add_into(target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp))
+        if gw is not None:
+            tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype)
+            for k in range(w.shape[2]):
+                np.sum(
+                    np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1), out=tmp),
+                    axis=0,
+                    out=gw[:, :, k],
+                )
+    else:
+        (cols,) = saved
+        g2 = g.reshape(n, o, -1)
+        if gx is not None:
+            gcols = np.matmul(w.reshape(o, -1).T, g2, out=scratch(ws, "gcols", cols.shape, g.dtype))
+            ksize, out_shape = w.shape[2:], g.shape[2:]
+            gc = gcols.reshape((n, x.shape[1]) + ksize + out_shape)
+            for offs in itertools.product(*(range(k) for k in ksize)):
+                view = target[_offset_slices(offs, stride, out_shape)]
+                np.add(view, gc[(slice(None), slice(None)) + offs], out=view)
+        if gw is not None:
+            tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1]), g.dtype)
+            np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
+            np.sum(tmp, axis=0, out=gw.reshape(o, -1))
+    if gx is not None and target is not gx:
+        np.copyto(gx, target[_interior(padding, x.shape)])
     return grads
 
 
@@ -264,6 +314,53 @@ _conv2d = primitive(
     higher_order=False,
     doc="2-d cross-correlation of (N, C, H, W) with (O, C, KH, KW) (+ bias (O,)), with stride "
     "and zero padding; im2col + one batched matmul.",
+)
+
+
+def _conv_backward_reference(g, x, w, *saved, stride, padding, needs):
+    # Direct definition: every output position's window adds g * w to the input gradient and
+    # g * window to the weight gradient.
+    d = x.ndim - 2
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
+    gxp, gw = np.zeros_like(xp), np.zeros_like(w)
+    ksize = w.shape[2:]
+    for pos in itertools.product(*(range(n) for n in g.shape[2:])):
+        win = (slice(None), slice(None)) + tuple(
+            slice(pos[i] * stride[i], pos[i] * stride[i] + ksize[i]) for i in range(d)
+        )
+        gp = g[(slice(None), slice(None)) + pos]  # (N, O)
+        gxp[win] += np.einsum("no,oc...->nc...", gp, w)
+        gw += np.einsum("no,nc...->oc...", gp, xp[win])
+    grads = (gxp[_interior(padding, x.shape)], gw, g.sum(axis=(0,) + tuple(range(2, g.ndim))))
+    return tuple(a for a, need in zip(grads, needs) if need)
+
+
+def _conv_backward_samples(rng):
+    out = []
+    for d in (1, 2):
+        for sample in _conv_samples(d)(rng):
+            x, w, *b = sample.args
+            y, *saved = _conv_fwd(x, w, *b, **sample.attrs)
+            g = S.values(rng, y.shape)
+            for needs in [(True, True, bool(b)), (False, True, False), (True, False, bool(b))]:
+                out.append(Sample((g, x, w, *saved), {**sample.attrs, "needs": needs}))
+    # the direct kernel: a channels-last input and a gradient at most a quarter nonzero
+    x = np.ascontiguousarray(S.values(rng, (2, 9, 8))).transpose(0, 2, 1)  # (N, C=8, L=9)
+    w = S.values(rng, (3, 8, 3))
+    g = S.values(rng, (2, 3, 7)) * (rng.uniform(size=(2, 3, 7)) < 0.2)
+    out.append(Sample((g, x, w), {"stride": (1,), "padding": (0,), "needs": (True,) * 3}))
+    return out
+
+
+conv_backward = primitive(
+    "conv_backward",
+    _conv_backward_fwd,
+    None,
+    reference=_conv_backward_reference,
+    samples=_conv_backward_samples,
+    doc="The convolutions' fused backward kernel: their input, weight and bias gradients (the "
+    "ones ``needs`` names) from the output gradient and the forward's saved arrays. Not "
+    "differentiable: convolutions are first-order only.",
 )
 
 
@@ -350,12 +447,42 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 
 
 # -- max pooling -----------------------------------------------------------------------------
-def _pool_fwd(x, kernel, stride):
-    return max_pool_forward(x, kernel, stride)
+def _pool_fwd(x, kernel, stride, out=None):
+    """(out, arg): each window's maximum and its offset in the window (see ``kernels.pool``)."""
+    if out is None:
+        return max_pool_forward(x, kernel, stride)
+    return max_pool_forward(x, kernel, stride, out=out[0], arg=out[1])
 
 
 def _pool_vjp(g, out, x, kernel, stride, aux):
-    return max_pool_backward(g, aux, x.shape, kernel, stride)
+    return run(_max_pool_backward, g, aux[0], x_shape=x.shape, kernel=kernel, stride=stride)
+
+
+def _pool_geometry(arg, kernel, stride):
+    """For each output position of (N, C, *out) planes: the plane and the (row, column) of the
+    input entry its window's maximum came from."""
+    k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
+    a = arg.reshape((-1,) + ((1,) if arg.ndim == 3 else ()) + arg.shape[2:]).astype(np.intp)
+    rows = np.arange(a.shape[1])[:, None] * s2[0] + a // k2[1]
+    cols = np.arange(a.shape[2])[None, :] * s2[1] + a % k2[1]
+    return np.arange(a.shape[0])[:, None, None], rows, cols
+
+
+def _pool_gather_fwd(h, arg, kernel, stride):
+    planes = h.reshape((-1,) + ((1,) if h.ndim == 3 else ()) + h.shape[2:])
+    return planes[_pool_geometry(arg, kernel, stride)].reshape(arg.shape)
+
+
+def _pool_backward_fwd(g, arg, x_shape, kernel, stride, out=None):
+    return max_pool_backward(g, arg, x_shape, kernel, stride, gx=out)
+
+
+def _pool_backward_reference(g, arg, x_shape, kernel, stride):
+    gx = np.zeros(x_shape)
+    planes = gx.reshape((-1,) + ((1,) if len(x_shape) == 3 else ()) + tuple(x_shape[2:]))
+    m, rows, cols = _pool_geometry(arg, kernel, stride)
+    np.add.at(planes, (m, rows, cols), g.reshape(rows.shape))
+    return gx
 
 
 def _pool_reference(x, kernel, stride):
@@ -395,6 +522,16 @@ def _pool_samples(d):
     return build
 
 
+def _pool_grad_samples(rng):
+    out = []
+    for d in (1, 2):
+        for sample in _pool_samples(d)(rng):
+            (x,) = sample.args
+            y, arg = _pool_fwd(x, **sample.attrs)
+            out.append(Sample((S.values(rng, y.shape), arg), {"x_shape": x.shape, **sample.attrs}))
+    return out
+
+
 _max_pool1d = primitive(
     "max_pool1d",
     _pool_fwd,
@@ -402,7 +539,6 @@ _max_pool1d = primitive(
     reference=_pool_reference,
     samples=_pool_samples(1),
     aux=True,
-    higher_order=False,
     doc="Max over length-K windows of (N, C, L) with a stride; the gradient goes to the first "
     "maximum of each window.",
 )
@@ -413,10 +549,54 @@ _max_pool2d = primitive(
     reference=_pool_reference,
     samples=_pool_samples(2),
     aux=True,
-    higher_order=False,
     doc="Max over KH x KW windows of (N, C, H, W) with a stride; the gradient goes to the first "
     "maximum of each window.",
 )
+_max_pool_backward = primitive(
+    "max_pool_backward",
+    _pool_backward_fwd,
+    (
+        lambda h, out, g, arg, x_shape, kernel, stride: run(
+            _max_pool_gather, h, arg, kernel=kernel, stride=stride
+        ),
+        None,
+    ),
+    reference=_pool_backward_reference,
+    samples=_pool_grad_samples,
+    doc="Max pooling's VJP: each output gradient added at its window's maximum (``arg``, the "
+    "forward's offsets) in a zero array of the input's shape; its VJP gathers.",
+)
+_max_pool_gather = primitive(
+    "max_pool_gather",
+    _pool_gather_fwd,
+    (
+        lambda g, out, h, arg, kernel, stride: run(
+            _max_pool_backward, g, arg, x_shape=h.shape, kernel=kernel, stride=stride
+        ),
+        None,
+    ),
+    reference=lambda h, arg, kernel, stride: _pool_gather_reference(h, arg, kernel, stride),
+    samples=lambda rng: [
+        Sample(
+            (S.values(rng, a.attrs["x_shape"]), a.args[1]),
+            {k: a.attrs[k] for k in ("kernel", "stride")},
+        )
+        for a in _pool_grad_samples(rng)
+    ],
+    doc="Each window's entry at its maximum's offset (``arg``): the VJP of max_pool_backward, "
+    "which is its own VJP in turn, so max pooling is twice differentiable.",
+)
+
+
+def _pool_gather_reference(h, arg, kernel, stride):
+    d = h.ndim - 2
+    out = np.empty(arg.shape)
+    for idx in np.ndindex(*arg.shape):
+        q = int(arg[idx])
+        offs = (q // kernel[-1], q % kernel[-1]) if d == 2 else (q,)
+        src = idx[:2] + tuple(idx[2 + i] * stride[i] + offs[i] for i in range(d))
+        out[idx] = h[src]
+    return out
 
 
 def _pool(op: str, prim, d: int, x, kernel_size, stride):
@@ -443,9 +623,38 @@ def max_pool2d(x, kernel_size, stride=None):
 
 
 # -- embedding -------------------------------------------------------------------------------
-def _embedding_backward_fwd(g, indices, rows):
+def _copied(buf: np.ndarray, a: np.ndarray) -> np.ndarray:
+    np.copyto(buf, a)
+    return buf
+
+
+def _embedding_fwd(weight, indices, out=None, ws=None):
+    v = weight.shape[0]
+    if indices.size:
+        lo, hi = indices.min(), indices.max()
+        if lo < 0 or hi >= v:
+            bad = lo if lo < 0 else hi
+            raise IndexError(
+                f"embedding: index {int(bad)} is out of range for a table of {v} rows "
+                f"(V={v}; valid: 0..{v - 1})"
+            )
+    if out is None:
+        return np.take(weight, indices, axis=0)
+    # into a buffer: np.take converts other index types, and buffers in mode="raise" (the
+    # range is checked above), on every call
+    idx = _copied(scratch(ws, "idx", indices.shape, np.intp), indices)
+    return np.take(weight, idx, axis=0, out=out, mode="wrap")
+
+
+def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):
     d = g.shape[-1]
-    gw = np.zeros((rows, d), dtype=g.dtype)
+    gw = np.zeros((rows, d), dtype=g.dtype) if out is None else out
+    if out is not None:
+        gw.fill(0)
+    if not g.flags.c_contiguous:  # the scatter reads rows: a contiguous copy first
+        g = _copied(scratch(ws, "g", g.shape, g.dtype), g)
+    if indices.dtype != np.intp:  # the loop takes intp ids (converted once per call)
+        indices = _copied(scratch(ws, "idx", indices.shape, np.intp), indices)
     scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
     return gw
 
@@ -481,7 +690,7 @@ def _embedding_samples(rng):
 
 _embedding = primitive(
     "embedding",
-    lambda weight, indices: np.take(weight, indices, axis=0),
+    _embedding_fwd,
     (_embedding_vjp, None),
     reference=_embedding_reference,
     samples=_embedding_samples,
@@ -517,16 +726,7 @@ def embedding(weight, indices):
         idx = np.asarray(idx)
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"embedding: indices must be an integer array, got dtype {idx.dtype}")
-    v = wa.shape[0]
-    if idx.size:
-        lo, hi = idx.min(), idx.max()
-        if lo < 0 or hi >= v:
-            bad = lo if lo < 0 else hi
-            raise IndexError(
-                f"embedding: index {int(bad)} is out of range for a table of V={v} rows "
-                f"(valid: 0..{v - 1})"
-            )
-    return _embedding(weight, idx)
+    return _embedding(weight, idx)  # the forward checks the range (on every compiled call too)
 
 
 # -- losses ----------------------------------------------------------------------------------
@@ -542,102 +742,119 @@ def _scale(g, reduction: str, count: int):
     return g
 
 
-def _reduced(total: float, per, reduction: str, count: int, dtype):
-    """The reduced loss from the kernels' float64 sum of per-sample losses ``per``."""
+def _loss_out(total: float, per, reduction: str, count: int, res):
+    """The loss from the kernels' float64 sum ``total`` of the per-element losses ``per``:
+    ``per`` itself, or the mean or sum (written into the 0-d ``res`` when given)."""
+    if reduction == "none":
+        return per
+    value = total / max(count, 1) if reduction == "mean" else total
+    if res is None:
+        return np.asarray(value, dtype=per.dtype)
+    res[...] = value
+    return res
+
+
+def _multiplier(g, reduction: str, count: int, ws) -> np.ndarray:
+    """The output gradient as the loss kernels take it: (1,), or one value per sample."""
+    k = scratch(ws, "k", (np.size(g),), g.dtype)
     if reduction == "mean":
-        return np.asarray(total / max(count, 1), dtype=dtype)
-    if reduction == "sum":
-        return np.asarray(total, dtype=dtype)
-    return per
+        return np.divide(np.reshape(g, -1), max(count, 1), out=k)
+    np.copyto(k, np.reshape(g, -1))
+    return k
 
 
-def _multiplier(g, reduction: str, count: int) -> np.ndarray:
-    """The output gradient as the loss kernels take it: (1,), or one value per sample. (Made
-    1-d before dividing: a fresh array per call from a NumPy scalar kept NumPy's small-buffer
-    cache growing for a thousand steps, which the soak test reads as a leak.)"""
-    k = np.reshape(g, -1)
-    return k / max(count, 1) if reduction == "mean" else k
-
-
-def _ce_fwd(logits, target, reduction):
-    if target.dtype.kind in "iu":  # the compiled kernel, the same one compiled plans call
-        p = np.empty(logits.shape, logits.dtype)
-        per = np.empty(logits.shape[0], logits.dtype)
-        total = softmax_ce_forward(logits, target, p, per)
-        return _reduced(total, per, reduction, len(per), logits.dtype), (p, None)
+def _ce_fwd(logits, target, reduction, out=None, ws=None):
+    """(loss, softmax): class ids through the compiled kernel, probabilities through NumPy."""
+    res, p = (None, None) if out is None else out
+    n, c = logits.shape
+    if target.dtype.kind in "iu":
+        p = np.empty(logits.shape, logits.dtype) if p is None else p
+        per = res if reduction == "none" and res is not None else scratch(ws, "per", (n,), p.dtype)
+        try:
+            total = softmax_ce_forward(logits, target, p, per)
+        except IndexError:
+            bad = target[(target < 0) | (target >= c)][0]
+            raise ShapeError(
+                f"softmax_cross_entropy: class id {int(bad)} is out of range [0, {c}) for "
+                f"logits {logits.shape}"
+            ) from None
+        return _loss_out(total, per, reduction, n, res), p
     m = np.max(logits, axis=1, keepdims=True)
     z = logits - m
-    p = np.exp(z)
-    s = np.sum(p, axis=1, keepdims=True)
-    p /= s
-    lse = np.log(s)  # log-sum-exp of z, (N, 1)
-    z -= lse  # log-softmax
+    e = np.exp(z)
+    s = np.sum(e, axis=1, keepdims=True)
+    e /= s
+    z -= np.log(s)  # log-softmax
     loss = -np.sum(target * z, axis=1)
-    lse += m  # log-sum-exp of the logits, for the target gradient
-    if reduction == "mean":
-        loss = np.asarray(np.sum(loss) / max(len(loss), 1), dtype=logits.dtype)
-    elif reduction == "sum":
-        loss = np.asarray(np.sum(loss), dtype=logits.dtype)
-    return loss, (p, lse)
+    if reduction != "none":
+        total = np.sum(loss)
+        loss = np.asarray(total / max(n, 1) if reduction == "mean" else total, logits.dtype)
+    if out is None:
+        return loss, e
+    np.copyto(res, loss)
+    np.copyto(p, e)
+    return res, p
 
 
 def _ce_vjp_logits(g, out, logits, target, reduction, aux):
-    return run(_ce_grad, logits, target, g, reduction=reduction, p=_saved(g, aux[0]))
+    # the forward's softmax; recomputed when a gradient graph is built, so that its own
+    # dependence on the logits is differentiated too
+    p = run(_softmax, logits, axis=1) if differentiating(g) else aux[0]
+    return run(_ce_grad, p, target, g, reduction=reduction)
 
 
-def _ce_grad_fwd(logits, target, g, reduction, p=None):
-    if p is None:
-        p = _ce_fwd(logits, target, "none")[1][0]
+def _ce_grad_fwd(p, target, g, reduction, out=None, ws=None):
     if target.dtype.kind in "iu":
-        gx = np.empty(p.shape, p.dtype)
-        softmax_ce_backward(p, target, _multiplier(g, reduction, len(p)), gx)
+        gx = np.empty(p.shape, p.dtype) if out is None else out
+        softmax_ce_backward(p, target, _multiplier(g, reduction, len(p), ws), gx)
         return gx
-    k = _scale(g, reduction, logits.shape[0])
+    k = _scale(g, reduction, p.shape[0])
     gx = p * np.sum(target, axis=1, keepdims=True)
     gx -= target
     gx *= k[:, None] if reduction == "none" else k
-    return gx
+    if out is None:
+        return gx
+    np.copyto(out, gx)
+    return out
 
 
 def _ce_grad_vjps():
-    """ce_grad = (softmax(x) * sum(t) - t) * k(g) row by row: its VJPs for x, t and g.
-    Class ids enter as a one-hot constant."""
+    """ce_grad = (p * sum(t) - t) * k(g) row by row: its VJPs for p, t and g. Class ids enter
+    as a one-hot constant."""
 
-    def parts(logits, target, g, reduction):
+    def parts(p, target, g, reduction):
         t = target
         if t.dtype.kind in "iu":
-            t = np.eye(logits.shape[1], dtype=logits.dtype)[_plain(t)]
-        k = _scale(g, reduction, logits.shape[0])
+            t = np.eye(p.shape[1], dtype=p.dtype)[_plain(t)]
+        k = _scale(g, reduction, p.shape[0])
         k = k.reshape((-1, 1)) if reduction == "none" else k
-        total = _row_sum(t)
-        return _softmax1(logits), t, total, k
+        return t, _row_sum(t), k
 
-    def dx(h, out, logits, target, g, reduction, p=None):
-        s, _, total, k = parts(logits, target, g, reduction)
-        sh = s * h
-        return (sh - s * _row_sum(sh)) * total * k
+    def dp(h, out, p, target, g, reduction):
+        _, total, k = parts(p, target, g, reduction)
+        return h * total * k
 
-    def dt(h, out, logits, target, g, reduction, p=None):
+    def dt(h, out, p, target, g, reduction):
         if target.dtype.kind != "f":
             return None
-        s, _, _, k = parts(logits, target, g, reduction)
-        return (_row_sum(s * h) - h) * k
+        _, _, k = parts(p, target, g, reduction)
+        return (_row_sum(p * h) - h) * k
 
-    def dg(h, out, logits, target, g, reduction, p=None):
-        s, t, total, _ = parts(logits, target, g, reduction)
-        e = _row_sum(h * (s * total - t))  # (N, 1)
+    def dg(h, out, p, target, g, reduction):
+        t, total, _ = parts(p, target, g, reduction)
+        e = _row_sum(h * (p * total - t))  # (N, 1)
         if reduction == "none":
             return e.reshape((-1,))
         e = _sum_all(e)
-        return e / max(logits.shape[0], 1) if reduction == "mean" else e
+        return e / max(p.shape[0], 1) if reduction == "mean" else e
 
-    return (dx, dt, dg)
+    return (dp, dt, dg)
 
 
 def _ce_vjp_target(g, out, logits, target, reduction, aux):
     if target.dtype.kind != "f":
         return None
-    lse = aux[1] if _saved(g, aux) is not None else _lse_rows(logits)
+    lse = _lse_rows(logits)
     k = _scale(g, reduction, logits.shape[0])
     return (lse - logits) * (k.reshape((-1, 1)) if reduction == "none" else k)  # -log_softmax
 
@@ -671,13 +888,11 @@ def _ce_samples(rng):
     return out
 
 
-def _ce_grad_reference(logits, target, g, reduction, p=None):
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    s = e / e.sum(axis=1, keepdims=True)
-    t = np.eye(logits.shape[1])[target] if target.dtype.kind in "iu" else target
-    k = np.asarray(g) / (logits.shape[0] if reduction == "mean" else 1)
+def _ce_grad_reference(p, target, g, reduction):
+    t = np.eye(p.shape[1])[target] if target.dtype.kind in "iu" else target
+    k = np.asarray(g) / (p.shape[0] if reduction == "mean" else 1)
     k = k.reshape(-1, 1) if reduction == "none" else k
-    return (s * t.sum(axis=1, keepdims=True) - t) * k
+    return (p * t.sum(axis=1, keepdims=True) - t) * k
 
 
 def _ce_grad_samples(rng):
@@ -687,8 +902,9 @@ def _ce_grad_samples(rng):
         probs = rng.uniform(0.1, 1.0, (4, 3))
         probs /= probs.sum(axis=1, keepdims=True)
         g = S.values(rng, (4,)) if gv is None else gv
+        p = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
         for t in (np.array([0, 2, 1, 2]), probs):
-            out.append(Sample((x, t, g), {"reduction": r}))
+            out.append(Sample((p, t, g), {"reduction": r}))
     return out
 
 
@@ -698,9 +914,9 @@ _ce_grad = primitive(
     _ce_grad_vjps(),
     reference=_ce_grad_reference,
     samples=_ce_grad_samples,
-    doc="softmax_cross_entropy's VJP for the logits, (softmax(x) * sum(t) - t) * g (scaled by "
-    "the reduction), one compiled loop for class ids given the forward's saved softmax; "
-    "differentiable in x, probability targets and g.",
+    doc="softmax_cross_entropy's VJP for the logits from the forward's softmax p: "
+    "(p * sum(t) - t) * g (scaled by the reduction), one compiled loop for class ids; "
+    "differentiable in p, probability targets and g.",
 )
 _softmax_cross_entropy = primitive(
     "softmax_cross_entropy",
@@ -755,53 +971,47 @@ def softmax_cross_entropy(logits, target, reduction: str = "mean"):
     return _softmax_cross_entropy(logits, target, reduction=reduction)
 
 
-def _bce_fwd(logits, target, reduction):
-    sig = np.empty(logits.shape, logits.dtype)
-    per = np.empty(logits.shape, logits.dtype)
-    total = bce_forward(logits, target, sig, per)  # the kernel compiled plans call too
-    return _reduced(total, per, reduction, per.size, logits.dtype), sig
+def _bce_fwd(logits, target, reduction, out=None, ws=None):
+    """(loss, sigmoid(logits)), one compiled loop."""
+    res, sig = (None, None) if out is None else out
+    if sig is None:
+        sig = np.empty(logits.shape, logits.dtype)
+    if reduction == "none":
+        per = np.empty(logits.shape, logits.dtype) if res is None else res
+    else:
+        per = scratch(ws, "per", logits.shape, logits.dtype)
+    total = bce_forward(logits, target, sig, per)
+    return _loss_out(total, per, reduction, per.size, res), sig
 
 
 def _bce_vjp_logits(g, out, logits, target, reduction, aux):
-    return run(_bce_grad, logits, target, g, reduction=reduction, sig=_saved(g, aux))
+    sig = run(sigmoid, logits) if differentiating(g) else aux[0]  # as in _ce_vjp_logits
+    return run(_bce_grad, sig, target, g, reduction=reduction)
 
 
-def _saved(g, array):
-    """The forward's saved array for the first-order pass; None in a recorded one, whose
-    equation must recompute it (a plan replays it, and the array is this call's)."""
-    return None if hasattr(g, "requires_grad") else array
-
-
-def _bce_grad_fwd(logits, target, g, reduction, sig=None):
-    if sig is None:
-        sig = np.empty(logits.shape, logits.dtype)
-        bce_forward(logits, target, sig, np.empty(logits.shape, logits.dtype))
-    gx = np.empty(sig.shape, sig.dtype)
-    bce_backward(sig, target, _multiplier(g, reduction, logits.size), gx)
+def _bce_grad_fwd(sig, target, g, reduction, out=None, ws=None):
+    gx = np.empty(sig.shape, sig.dtype) if out is None else out
+    bce_backward(sig, target, _multiplier(g, reduction, sig.size, ws), gx)
     return gx
 
 
 def _bce_grad_vjps():
-    """bce_grad = (sigmoid(x) - t) * k(g): its VJPs for x, t and g."""
+    """bce_grad = (sig - t) * k(g): its VJPs for sig, t and g."""
 
-    def k(g, logits, reduction):
-        return _scale(g, reduction, logits.size)
+    def dsig(h, out, sig, target, g, reduction):
+        return h * _scale(g, reduction, sig.size)
 
-    def dx(h, out, logits, target, g, reduction, sig=None):
-        s = run(sigmoid, logits)
-        return h * s * (1 - s) * k(g, logits, reduction)
+    def dt(h, out, sig, target, g, reduction):
+        return -h * _scale(g, reduction, sig.size)
 
-    def dt(h, out, logits, target, g, reduction, sig=None):
-        return -h * k(g, logits, reduction)
-
-    def dg(h, out, logits, target, g, reduction, sig=None):
-        e = h * (run(sigmoid, logits) - target)
+    def dg(h, out, sig, target, g, reduction):
+        e = h * (sig - target)
         if reduction == "none":
             return e
         total = _sum_all(e)
-        return total / max(logits.size, 1) if reduction == "mean" else total
+        return total / max(sig.size, 1) if reduction == "mean" else total
 
-    return (dx, dt, dg)
+    return (dsig, dt, dg)
 
 
 def _bce_vjp_target(g, out, logits, target, reduction, aux):
@@ -830,20 +1040,19 @@ _bce_grad = primitive(
     "bce_grad",
     _bce_grad_fwd,
     _bce_grad_vjps(),
-    reference=lambda logits, target, g, reduction, sig=None: (
-        (1 / (1 + np.exp(-logits)) - target)
-        * (np.asarray(g) / (logits.size if reduction == "mean" else 1))
+    reference=lambda sig, target, g, reduction: (
+        (sig - target) * (np.asarray(g) / (sig.size if reduction == "mean" else 1))
     ),
     samples=lambda rng: [
-        Sample((x, t, np.asarray(gv)), {"reduction": r})
+        Sample((1 / (1 + np.exp(-x)), t, np.asarray(gv)), {"reduction": r})
         for r, x, t, gv in [
             ("mean", S.values(rng, (4, 1), -3, 3), rng.uniform(0, 1, (4, 1)), 1.3),
             ("sum", S.values(rng, (2, 3), -3, 3), rng.uniform(0, 1, (2, 3)), -0.7),
             ("none", S.values(rng, (5,), -3, 3), rng.uniform(0, 1, (5,)), S.values(rng, (5,))),
         ]
     ],
-    doc="bce_with_logits' VJP for the logits, (sigmoid(x) - t) * g (scaled by the reduction), "
-    "one compiled loop given the forward's saved sigmoid; differentiable in x, t and g.",
+    doc="bce_with_logits' VJP for the logits from the forward's sigmoid s: (s - t) * g (scaled "
+    "by the reduction), one compiled loop; differentiable in s, t and g.",
 )
 _bce_with_logits = primitive(
     "bce_with_logits",
@@ -885,10 +1094,6 @@ def _row_sum(x):
 
 def _sum_all(x):
     return run(_sum, x, axis=tuple(range(x.ndim)), keepdims=False)
-
-
-def _softmax1(x):
-    return run(_softmax, x, axis=1)
 
 
 def _lse_rows(x):

@@ -20,10 +20,11 @@ final ``(h, c)``; slicing it is cheap and its gradient flows through the usual g
 Output: the hidden states (T, N, H).
 
 Per step, the recurrent product is one BLAS call into a buffer and all the gate math one
-compiled kernel (``kernels/recurrent.py``); backward through time computes every input's
-gradient in one pass, and the recurrent weight's gradient as one product over all steps at
-the end (the gate gradients of every step are kept anyway: they are the input projection's
-gradient). Compiled plans (``lowering.py``) call these same functions over their buffers.
+compiled kernel (``kernels/recurrent.py``); backward through time is a primitive of its own per
+scan (``rnn_scan_backward``, ``lstm_scan_backward``, ``gru_scan_backward``), which computes every
+input's gradient in one pass, and the recurrent weight's gradient as one product over all steps
+at the end (the gate gradients of every step are kept anyway: they are the input projection's
+gradient). The scans are first-order only: their backward kernels are not differentiable.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..kernels.recurrent import (
     rnn_backward_step,
 )
 from . import samples as S
-from .registry import Sample, primitive
+from .registry import Sample, primitive, run, scratch
 
 
 def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch, zero_h0=False):
@@ -87,21 +88,37 @@ def rnn_scan_backward(
             np.matmul(dpre, whh, out=dh)
 
 
-def _forward(xp, whh, h0, nonlinearity, zero_h0=False):
+def _forward(xp, whh, h0, nonlinearity, zero_h0=False, out=None, ws=None):
     # h0's shape sets the backward kernel's loop bounds (boundscheck off), even with zero_h0
     _check_states("rnn_scan", xp, whh, 1, {"h0": h0})
-    hs = np.empty(xp.shape, dtype=xp.dtype)
-    rnn_scan_forward(xp, whh, h0, nonlinearity, hs, np.empty(h0.shape, xp.dtype), zero_h0)
+    hs = np.empty(xp.shape, dtype=xp.dtype) if out is None else out
+    rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch(ws, "h", h0.shape, xp.dtype), zero_h0)
     return hs
 
 
 def _vjp(g, hs, needs, xp, whh, h0, nonlinearity, zero_h0=False):
-    dxp = np.empty_like(xp, dtype=g.dtype)  # in xp's memory layout (batch-major, usually)
-    dwhh = np.empty(whh.shape, dtype=g.dtype)
-    dh, scratch = np.empty(h0.shape, dtype=g.dtype), np.empty(h0.shape, dtype=g.dtype)
-    tmp = np.empty(whh.shape, dtype=g.dtype)
-    rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, scratch, needs, zero_h0)
-    return [dxp if needs[0] else None, dwhh if needs[1] else None, dh if needs[2] else None]
+    grads = run(
+        rnn_scan_backward_kernel,
+        g,
+        hs,
+        xp,
+        whh,
+        h0,
+        nonlinearity=nonlinearity,
+        zero_h0=zero_h0,
+        needs=needs,
+    )
+    return [d if need else None for d, need in zip(grads, needs)]
+
+
+def _backward(g, hs, xp, whh, h0, nonlinearity, needs, zero_h0=False, out=None, ws=None):
+    dt = g.dtype
+    if out is None:  # dxp in xp's memory layout (batch-major, usually)
+        out = (np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt), np.empty(h0.shape, dt))
+    dxp, dwhh, dh = out
+    tmp, work = scratch(ws, "tmp", whh.shape, dt), scratch(ws, "h", h0.shape, dt)
+    rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, work, needs, zero_h0)
+    return dxp, dwhh, dh
 
 
 def _reference(xp, whh, h0, nonlinearity, zero_h0=False):
@@ -213,31 +230,36 @@ def _recurrent_weight_grad(dpre, hs, h0, dwhh, tmp, H) -> None:
         np.add(dwhh, tmp, out=dwhh)
 
 
-def _lstm_forward(xp, whh, h0, c0):
+def _lstm_forward(xp, whh, h0, c0, out=None, ws=None):
+    """(states (2, T, N, H), gate activations, tanh of the cell states)."""
     _check_states("lstm_scan", xp, whh, 4, {"h0": h0, "c0": c0})
     T, N, G = xp.shape
-    out = np.empty((2, T, N, G // 4), xp.dtype)
-    act, tc, hw = lstm_scan_buffers(xp)
-    lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw)
-    return out, (act, tc)
+    if out is None:
+        act, tc, _ = lstm_scan_buffers(xp)
+        out = (np.empty((2, T, N, G // 4), xp.dtype), act, tc)
+    states, act, tc = out
+    lstm_scan_forward(xp, whh, h0, c0, states, act, tc, scratch(ws, "hw", (N, G), xp.dtype))
+    return out
 
 
 def _lstm_vjp(g, out, needs, xp, whh, h0, c0, aux):
-    act, tc = aux
+    grads = run(lstm_scan_backward_kernel, g, out, *aux, xp, whh, h0, c0, needs=needs)
+    return [d if need else None for d, need in zip(grads, needs)]
+
+
+def _lstm_backward(g, states, act, tc, xp, whh, h0, c0, needs, out=None, ws=None):
+    """(dx in xp's layout, dwhh, dh0, dc0); the gate gradients are computed time-major."""
     dt = g.dtype
-    dxp = np.empty(xp.shape, dt)
-    dwhh, tmp = np.empty(whh.shape, dt), np.empty(whh.shape, dt)
-    dh, dc = np.empty(h0.shape, dt), np.empty(c0.shape, dt)
-    lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
-    dx = in_layout_of(xp, dxp) if needs[0] else None
-    if dx is not None and dx is not dxp:
+    if out is None:
+        out = (np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt))
+        out += (np.empty(h0.shape, dt), np.empty(c0.shape, dt))
+    dx, dwhh, dh, dc = out
+    dxp = dx if dx.flags.c_contiguous else scratch(ws, "dgates", xp.shape, dt)
+    tmp = scratch(ws, "tmp", whh.shape, dt)
+    lstm_scan_backward(g, states, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
+    if dxp is not dx:
         np.copyto(dx, dxp)
-    return [
-        dx,
-        dwhh if needs[1] else None,
-        dh if needs[2] else None,
-        dc if needs[3] else None,
-    ]
+    return out
 
 
 def _sig(z):
@@ -321,30 +343,36 @@ def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, n
         np.sum(dhw.reshape(-1, dhw.shape[2]), axis=0, out=dbhh)
 
 
-def _gru_forward(xp, whh, bhh, h0):
+def _gru_forward(xp, whh, bhh, h0, out=None, ws=None):
+    """(hidden states (T, N, H), the gate activations the backward reads)."""
     _check_states("gru_scan", xp, whh, 3, {"h0": h0})
     if bhh.shape != (xp.shape[2],):
         raise ShapeError(f"gru_scan: bhh must have shape ({xp.shape[2]},), got {bhh.shape}")
     T, N, G = xp.shape
-    hs = np.empty((T, N, G // 3), xp.dtype)
-    act, hw = gru_scan_buffers(xp)
-    gru_scan_forward(xp, whh, bhh, h0, hs, act, hw)
-    return hs, act
+    if out is None:
+        act, _ = gru_scan_buffers(xp)
+        out = (np.empty((T, N, G // 3), xp.dtype), act)
+    hs, act = out
+    gru_scan_forward(xp, whh, bhh, h0, hs, act, scratch(ws, "hw", (N, G), xp.dtype))
+    return out
 
 
 def _gru_vjp(g, hs, needs, xp, whh, bhh, h0, aux):
+    grads = run(gru_scan_backward_kernel, g, hs, aux[0], xp, whh, bhh, h0, needs=needs)
+    return [d if need else None for d, need in zip(grads, needs)]
+
+
+def _gru_backward(g, hs, act, xp, whh, bhh, h0, needs, out=None, ws=None):
+    """(dxp in xp's layout, dwhh, dbhh, dh0)."""
     dt = g.dtype
-    dxp, dhw = np.empty_like(xp, dtype=dt), np.empty(xp.shape, dt)  # dxp in xp's layout
-    dwhh, tmp = np.empty(whh.shape, dt), np.empty(whh.shape, dt)
-    dbhh = np.empty(bhh.shape, dt)
-    dh, dhd = np.empty(h0.shape, dt), np.empty(h0.shape, dt)
-    gru_scan_backward(g, hs, aux, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, needs)
-    return [
-        dxp if needs[0] else None,
-        dwhh if needs[1] else None,
-        dbhh if needs[2] else None,
-        dh if needs[3] else None,
-    ]
+    if out is None:
+        out = (np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt))
+        out += (np.empty(bhh.shape, dt), np.empty(h0.shape, dt))
+    dxp, dwhh, dbhh, dh = out
+    dhw = scratch(ws, "dhw", xp.shape, dt)
+    tmp, dhd = scratch(ws, "tmp", whh.shape, dt), scratch(ws, "dhd", h0.shape, dt)
+    gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, needs)
+    return out
 
 
 def _gru_reference(xp, whh, bhh, h0):
@@ -379,6 +407,110 @@ gru_scan = primitive(
     aux=True,
     higher_order=False,
     doc="The GRU recurrence over all time steps: hidden states (T, N, H).",
+)
+
+
+# -- backward through time: one fused primitive per scan ------------------------------------------
+def _through_generic_ops(scan, g, arrays):
+    """A scan's VJP computed by the engine's generic operations (``scan`` written with
+    matmul, tanh, sigmoid, slices, stack): the reference the fused backward kernels match."""
+    from ..graph import gradients
+    from ..tensor import Tensor
+
+    leaves = [Tensor(np.array(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    grads = gradients(scan(*leaves), leaves, np.asarray(g, np.float64), allow_unused=True)
+    return tuple(t.data for t in grads)
+
+
+def _rnn_generic(xp, whh, h0, nonlinearity, zero_h0):
+    h, hs = (h0 * 0.0 if zero_h0 else h0), []
+    for t in range(xp.shape[0]):
+        z = xp[t] + h @ whh.T
+        h = z.tanh() if nonlinearity == "tanh" else z.relu()
+        hs.append(h)
+    return _stack(hs)
+
+
+def _lstm_generic(xp, whh, h0, c0):
+    H = whh.shape[1]
+    h, c, hs, cs = h0, c0, [], []
+    for t in range(xp.shape[0]):
+        z = xp[t] + h @ whh.T
+        i, f, o = z[:, :H].sigmoid(), z[:, H : 2 * H].sigmoid(), z[:, 3 * H :].sigmoid()
+        c = f * c + i * z[:, 2 * H : 3 * H].tanh()
+        h = o * c.tanh()
+        hs.append(h)
+        cs.append(c)
+    return _stack([_stack(hs), _stack(cs)])
+
+
+def _gru_generic(xp, whh, bhh, h0):
+    H = whh.shape[1]
+    h, hs = h0, []
+    for t in range(xp.shape[0]):
+        a = h @ whh.T + bhh
+        r = (xp[t][:, :H] + a[:, :H]).sigmoid()
+        z = (xp[t][:, H : 2 * H] + a[:, H : 2 * H]).sigmoid()
+        n = (xp[t][:, 2 * H :] + r * a[:, 2 * H :]).tanh()
+        h = (1 - z) * n + z * h
+        hs.append(h)
+    return _stack(hs)
+
+
+def _stack(xs):
+    from .shape import stack
+
+    return stack(xs)
+
+
+def _backward_samples(forward_samples, forward, extra):
+    """Samples of a scan's backward kernel: each forward sample, its outputs, a random output
+    gradient, and every input's gradient asked for."""
+
+    def build(rng):
+        out = []
+        for sample in forward_samples(rng):
+            res = forward(*sample.args, **sample.attrs)
+            res = res if isinstance(res, tuple) else (res,)
+            g = S.values(rng, res[0].shape)
+            attrs = {**sample.attrs, "needs": (True,) * len(sample.args)}
+            out.append(Sample((g, *extra(res, sample.args)), attrs))
+        return out
+
+    return build
+
+
+rnn_scan_backward_kernel = primitive(
+    "rnn_scan_backward",
+    _backward,
+    None,
+    reference=lambda g, hs, xp, whh, h0, nonlinearity, needs, zero_h0=False: _through_generic_ops(
+        lambda a, b, c: _rnn_generic(a, b, c, nonlinearity, zero_h0), g, (xp, whh, h0)
+    ),
+    samples=_backward_samples(_samples, _forward, lambda res, args: (res[0], *args)),
+    doc="rnn_scan's backward through time: (dxp, dwhh, dh0) in one pass (not differentiable).",
+)
+lstm_scan_backward_kernel = primitive(
+    "lstm_scan_backward",
+    _lstm_backward,
+    None,
+    reference=lambda g, states, act, tc, xp, whh, h0, c0, needs: _through_generic_ops(
+        _lstm_generic, g, (xp, whh, h0, c0)
+    ),
+    samples=_backward_samples(_lstm_samples, _lstm_forward, lambda res, args: (*res, *args)),
+    doc="lstm_scan's backward through time: (dxp, dwhh, dh0, dc0) in one pass (not "
+    "differentiable).",
+)
+gru_scan_backward_kernel = primitive(
+    "gru_scan_backward",
+    _gru_backward,
+    None,
+    reference=lambda g, hs, act, xp, whh, bhh, h0, needs: _through_generic_ops(
+        _gru_generic, g, (xp, whh, bhh, h0)
+    ),
+    samples=_backward_samples(_gru_samples, _gru_forward, lambda res, args: (*res, *args)),
+    doc="gru_scan's backward through time: (dxp, dwhh, dbhh, dh0) in one pass (not "
+    "differentiable).",
 )
 
 __all__ = ["rnn_scan", "lstm_scan", "gru_scan"]

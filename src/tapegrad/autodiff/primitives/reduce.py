@@ -13,7 +13,7 @@ import numpy as np
 from ..backend import expand_reduced, normalize_axis
 from . import samples as S
 from .elementwise import absolute, exp, power, sqrt
-from .registry import Sample, primitive, run
+from .registry import Sample, primitive, run, scratch
 from .shape import _broadcast_to
 
 _AXES_CASES = [
@@ -48,7 +48,7 @@ def _grad_back(g, x, axis, keepdims):
 
 _sum = primitive(
     "sum",
-    lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims),
+    lambda x, axis, keepdims, out=None: np.sum(x, axis=axis, keepdims=keepdims, out=out),
     (lambda g, out, x, axis, keepdims: _grad_back(g, x, axis, keepdims),),
     reference=lambda x, axis, keepdims: np.add.reduce(x, axis=axis, keepdims=keepdims),
     samples=_reduce_samples(),
@@ -62,7 +62,7 @@ def _count(x, axis):
 
 _mean = primitive(
     "mean",
-    lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims),
+    lambda x, axis, keepdims, out=None: np.mean(x, axis=axis, keepdims=keepdims, out=out),
     (
         lambda g, out, x, axis, keepdims: _grad_back(
             g / builtins.max(_count(x, axis), 1), x, axis, keepdims
@@ -78,13 +78,13 @@ def _extreme_vjp(g, out, x, axis, keepdims):
     # The gradient goes to the entries equal to the extreme, shared equally between ties.
     o = expand_reduced(out, x.ndim, axis, keepdims)
     mask = x == o
-    count = run(_sum, mask, axis=axis, keepdims=True)
+    count = run(_sum, mask, axis=axis, keepdims=True).astype(x.dtype)
     return expand_reduced(g, x.ndim, axis, keepdims) * mask / count
 
 
 _max = primitive(
     "max",
-    lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims),
+    lambda x, axis, keepdims, out=None: np.max(x, axis=axis, keepdims=keepdims, out=out),
     (_extreme_vjp,),
     reference=lambda x, axis, keepdims: -np.min(-x, axis=axis, keepdims=keepdims),
     samples=_reduce_samples(S.distinct, allow_empty=False),
@@ -92,7 +92,7 @@ _max = primitive(
 )
 _min = primitive(
     "min",
-    lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims),
+    lambda x, axis, keepdims, out=None: np.min(x, axis=axis, keepdims=keepdims, out=out),
     (_extreme_vjp,),
     reference=lambda x, axis, keepdims: -np.max(-x, axis=axis, keepdims=keepdims),
     samples=_reduce_samples(S.distinct, allow_empty=False),
@@ -100,11 +100,22 @@ _min = primitive(
 )
 
 
-def _logsumexp_fwd(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True) if x.size else np.zeros((1,) * x.ndim, x.dtype)
-    m = np.where(np.isfinite(m), m, 0)
-    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
-    return out if keepdims else np.squeeze(out, axis=axis)
+def _logsumexp_fwd(x, axis, keepdims, out=None, ws=None):
+    kept = tuple(1 if i in axis else n for i, n in enumerate(x.shape))
+    m = scratch(ws, "max", kept, x.dtype)
+    if x.size:
+        np.max(x, axis=axis, keepdims=True, out=m)
+        np.copyto(m, 0, where=~np.isfinite(m))
+    else:
+        m.fill(0)
+    e = np.subtract(x, m, out=scratch(ws, "e", x.shape, x.dtype))
+    np.exp(e, out=e)
+    s = np.sum(e, axis=axis, keepdims=True, out=scratch(ws, "sum", kept, x.dtype))
+    np.log(s, out=s)
+    res = np.add(s, m, out=None if out is None else out.reshape(kept))
+    if out is not None:
+        return out
+    return res if keepdims else np.squeeze(res, axis=axis)
 
 
 def _logsumexp_vjp(g, out, x, axis, keepdims):
@@ -122,9 +133,23 @@ _logsumexp = primitive(
 )
 
 
-def _softmax_fwd(x, axis):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    e /= np.sum(e, axis=axis, keepdims=True)
+def _kept(x, axis):
+    return tuple(1 if i == axis else n for i, n in enumerate(x.shape))
+
+
+def _max_kept(x, axis, ws):
+    m = scratch(ws, "m", _kept(x, axis), x.dtype)
+    if x.ndim == 0:  # nothing to reduce (NumPy's max refuses an out= here)
+        np.copyto(m, x)
+        return m
+    return np.max(x, axis=axis, keepdims=True, out=m)
+
+
+def _softmax_fwd(x, axis, out=None, ws=None):
+    m = _max_kept(x, axis, ws)
+    e = np.subtract(x, m, out=np.empty_like(x) if out is None else out)
+    np.exp(e, out=e)
+    e /= np.sum(e, axis=axis, keepdims=True, out=m)
     return e
 
 
@@ -133,9 +158,13 @@ def _softmax_vjp(g, out, x, axis):
     return gs - out * run(_sum, gs, axis=axis, keepdims=True)
 
 
-def _log_softmax_fwd(x, axis):
-    z = x - np.max(x, axis=axis, keepdims=True)
-    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
+def _log_softmax_fwd(x, axis, out=None, ws=None):
+    m = _max_kept(x, axis, ws)
+    z = np.subtract(x, m, out=np.empty_like(x) if out is None else out)
+    e = np.exp(z, out=scratch(ws, "e", x.shape, x.dtype))
+    s = np.sum(e, axis=axis, keepdims=True, out=m)
+    z -= np.log(s, out=s)
+    return z
 
 
 def _log_softmax_vjp(g, out, x, axis):

@@ -12,33 +12,43 @@ or composes primitives. Each primitive also carries:
 
 Forward and VJP signatures::
 
-    forward(*arrays, **attrs) -> out                   # or (out, aux) when aux=True
-    vjp[i](g, out, *arrays, **attrs) -> grad of input i   # None: input i not differentiable
+    forward(*arrays, out=None, ws=None, **attrs) -> out
+    vjp[i](g, out, *inputs, **attrs) -> grad of input i   # None: input i not differentiable
 
 or, for primitives with a variable number of inputs, a single rule::
 
-    vjp(g, out, needs, *arrays, **attrs) -> sequence of grads   # needs[i]: input i wants one
+    vjp(g, out, needs, *inputs, **attrs) -> sequence of grads   # needs[i]: input i wants one
 
-VJP rules are written with primitives: a rule calls another primitive through :func:`run`,
-which is that primitive's forward on ndarrays (the first-order backward pass, no graph) and the
-recorded operation on Tensors (``backward(create_graph=True)``, :func:`tapegrad.gradients`), so
-the same rule gives first derivatives fast and higher derivatives by differentiating it.
-A fused backward kernel is a primitive of its own with its own VJP (``embedding_backward``,
-``ce_grad``, ``bce_grad``); primitives whose rules still call kernels directly (convolution,
-max pooling, the recurrent scans) say ``higher_order=False``: a gradient graph through them
-raises :class:`GraphError` naming them.
+**One forward.** It computes on arrays; when ``out`` is given (compiled plans pass the buffers
+their liveness pass assigned) it writes its result there, and ``ws`` (a :class:`Workspace`)
+keeps its temporaries from one call to the next. Eager calls pass neither, and the forward
+allocates. A forward may return a tuple: with ``aux=True`` the first entry is the result and
+the others are arrays saved for the VJP rules (they receive them as ``aux=(...)``); without
+``aux`` every entry is a result (multi-output primitives, such as the fused backward kernels,
+which are not differentiable). With ``out`` it receives the buffers as a tuple in that order.
+A forward that returns a view of one of its inputs (reshape, permute, a slice) costs a plan
+nothing: the view is taken once, when the plan is built.
 
-With ``aux=True`` the forward returns ``(out, aux)`` and every rule also receives ``aux=aux``.
+**One VJP rule, written with primitives.** A rule calls other primitives through :func:`run`
+(or the Tensor operators), which is that primitive's forward on ndarrays (the first-order
+backward pass, no graph) and the recorded operation on Tensors (``backward(create_graph=True)``,
+:func:`tapegrad.gradients`, and the backward pass a compiled plan traces), so the same rule gives
+first derivatives fast, higher derivatives by differentiating it, and compiled equations without
+a second copy. A fused backward kernel is a primitive of its own (``embedding_backward``,
+``ce_grad``, ``conv_backward``, ``max_pool_backward``, the scans' backward kernels). Primitives
+whose rule calls a kernel that is not itself differentiable say ``higher_order=False``: a
+gradient graph through them raises :class:`GraphError` naming them.
+
 With ``effect=True`` the forward changes state outside its output (writes into an input, draws
-from a generator): compiled plans keep it in place and never drop it as dead code.
-
-With ``broadcasting=True`` the engine undoes broadcasting of each input gradient (one shared
-helper, :func:`tapegrad.autodiff.backend.unbroadcast`), checks that float inputs share one dtype,
-and lifts Python numbers and integer arrays to the tensors' dtype.
+from a generator): compiled plans keep it in place and never drop it as dead code. With
+``broadcasting=True`` the engine undoes broadcasting of each input gradient (the ``sum_to``
+primitive), checks that float inputs share one dtype, and lifts Python numbers and integer
+arrays to the tensors' dtype.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +64,39 @@ class Sample:
     attrs: dict = field(default_factory=dict)
     atol: float = 1e-6
     """Gradcheck tolerance; raise it only with a comment saying why the math needs it."""
+
+
+class Workspace:
+    """Temporaries a forward keeps between calls of one compiled equation (eager calls get
+    none and allocate): ``ws.array(key, shape, dtype)`` is the same buffer on every call."""
+
+    __slots__ = ("arrays",)
+
+    def __init__(self):
+        self.arrays: dict = {}
+
+    def array(self, key, shape, dtype, zero: bool = False) -> np.ndarray:
+        a = self.arrays.get(key)
+        if a is None or a.shape != tuple(shape) or a.dtype != dtype:
+            a = self.arrays[key] = (np.zeros if zero else np.empty)(shape, dtype)
+        return a
+
+
+def scratch(ws: Workspace | None, key, shape, dtype, zero: bool = False) -> np.ndarray:
+    """A temporary for a forward: kept in ``ws`` by compiled plans, fresh when eager."""
+    if ws is None:
+        return (np.zeros if zero else np.empty)(shape, dtype)
+    return ws.array(key, shape, dtype, zero)
+
+
+def _takes(fn, name: str) -> bool:
+    if isinstance(fn, np.ufunc):
+        return name == "out"
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params
 
 
 class Primitive:
@@ -72,6 +115,8 @@ class Primitive:
         "diff_mask",
         "higher_order",
         "effect",
+        "writes_out",
+        "uses_ws",
         "doc",
     )
 
@@ -90,8 +135,6 @@ class Primitive:
         doc: str = "",
     ):
         self.name = name
-        self.effect = effect
-        self.higher_order = higher_order
         self.forward = forward
         if vjp is None:
             self.vjps, self.vjp_all, self.differentiable = (), None, False
@@ -107,6 +150,10 @@ class Primitive:
         self.samples = samples
         self.broadcasting = broadcasting
         self.aux = aux
+        self.higher_order = higher_order
+        self.effect = effect
+        self.writes_out = _takes(forward, "out")
+        self.uses_ws = _takes(forward, "ws")
         self.doc = doc or f"The ``{name}`` primitive."
 
     def differentiable_input(self, i: int) -> bool:
@@ -123,15 +170,26 @@ class Primitive:
 
 def run(prim: Primitive, *args, **attrs):
     """``prim`` inside a VJP rule: its forward on arrays, the recorded operation when any
-    argument is a Tensor (a rule being differentiated)."""
+    argument is a Tensor (a rule being differentiated, or traced into a plan)."""
     for a in args:
         if isinstance(a, _Tensor):
             return _engine_apply(prim, *args, **attrs)
     return prim.forward(*args, **attrs)
 
 
+def differentiating(g) -> bool:
+    """Whether a rule runs to build a gradient graph (its output cotangent ``g`` is a Tensor
+    and operations record): then it must compute from the inputs what its forward saved, so
+    that the saved values' dependence on the inputs is differentiated too."""
+    return isinstance(g, _Tensor) and _recording()
+
+
 class _Tensor:  # replaced by the Tensor class when the engine is imported (as _engine_apply)
     pass
+
+
+def _recording() -> bool:  # replaced by ``graph.is_grad_enabled`` when the engine is imported
+    return False
 
 
 def _engine_apply(prim, *args, **attrs):

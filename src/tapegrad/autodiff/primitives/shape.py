@@ -1,6 +1,9 @@
-"""Shape primitives: reshape, permute, broadcast_to, getitem, concatenate, stack, pad.
+"""Shape primitives: reshape, permute, broadcast_to (and its adjoint sum_to), getitem (and its
+adjoint scatter), concatenate, stack, pad.
 
-Each moves values without arithmetic, so each VJP moves the gradient back the same way.
+Each moves values without arithmetic, so each VJP moves the gradient back the same way. Most
+forwards return views (a compiled plan takes them once and never runs them again); where NumPy
+must copy, the forward writes into the plan's buffer.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ def _data(x):
 
 
 # -- reshape -----------------------------------------------------------------------------------
-def _reshape_fwd(x, shape):
+def _reshape_fwd(x, shape, out=None):
     if -1 not in shape and int(np.prod(shape, dtype=np.int64)) != x.size:
         raise ShapeError(f"reshape: cannot reshape shape {x.shape} ({x.size} values) to {shape}")
-    return x.reshape(shape)
+    if out is None:
+        return x.reshape(shape)
+    np.copyto(out.reshape(x.shape), x)  # x is not contiguous: copy it in row-major order
+    return out
 
 
 _reshape = primitive(
@@ -80,7 +86,7 @@ def expand_dims(x, axis):
 # -- permute -----------------------------------------------------------------------------------
 _permute = primitive(
     "permute",
-    lambda x, axes: np.transpose(x, axes),
+    lambda x, axes: np.transpose(x, axes),  # always a view
     (lambda g, out, x, axes: run(_permute, g, axes=tuple(int(a) for a in np.argsort(axes))),),
     reference=lambda x, axes: np.einsum(x, list(range(x.ndim)), list(axes)),
     samples=lambda rng: [
@@ -114,8 +120,8 @@ def transpose(x, axes=None):
 # -- broadcast_to ------------------------------------------------------------------------------
 _broadcast_to = primitive(
     "broadcast_to",
-    lambda x, shape: np.broadcast_to(x, shape),
-    (lambda g, out, x, shape: unbroadcast(g, x.shape),),
+    lambda x, shape: np.broadcast_to(x, shape),  # always a view
+    (lambda g, out, x, shape: run(sum_to, g, shape=x.shape),),
     reference=lambda x, shape: x + np.zeros(shape),
     samples=lambda rng: [
         Sample((S.values(rng, a),), {"shape": b})
@@ -130,9 +136,59 @@ def broadcast_to(x, shape):
     return _broadcast_to(x, shape=tuple(int(s) for s in shape))
 
 
+sum_to = primitive(
+    "sum_to",
+    unbroadcast,
+    (lambda h, out, g, shape: run(_broadcast_to, h, shape=g.shape),),
+    reference=lambda g, shape: _sum_to_reference(g, shape),
+    samples=lambda rng: [
+        Sample((S.values(rng, a),), {"shape": b})
+        for a, b in [
+            ((2, 3), (3,)),
+            ((2, 3), (1, 3)),
+            ((4, 2, 3), (2, 1)),
+            ((3,), ()),
+            ((2, 2), (2, 2)),
+        ]
+    ],
+    doc="The adjoint of broadcasting to g's shape: g summed down to ``shape`` (every rule of a "
+    "broadcasting primitive ends with it).",
+)
+
+
+def _sum_to_reference(g, shape):
+    out = np.zeros(shape)
+    for idx in np.ndindex(*g.shape):
+        tail = idx[len(idx) - len(shape) :]
+        out[tuple(0 if n == 1 else i for i, n in zip(tail, shape))] += g[idx]
+    return out
+
+
 # -- getitem -----------------------------------------------------------------------------------
-def _scatter_fwd(g, shape, index):
-    gx = np.zeros(shape, dtype=g.dtype)
+def _getitem_fwd(x, index, out=None):
+    if out is None:
+        return x[index]
+    parts = index if isinstance(index, tuple) else (index,)
+    if len(parts) == 1 and isinstance(parts[0], np.ndarray) and parts[0].dtype.kind in "iu":
+        np.take(x, parts[0], axis=0, out=out)  # rows by integer ids: no temporary
+        return out
+    picked = x[index]
+    if picked.shape != out.shape:  # a boolean mask that selects another number of entries
+        raise ShapeError(
+            f"getitem: the index selects shape {picked.shape} where the compiled plan was "
+            f"traced with {out.shape}; a compiled step needs fixed shapes (use tg.where to "
+            f"mask instead of boolean indexing)"
+        )
+    np.copyto(out, picked)
+    return out
+
+
+def _scatter_fwd(g, shape, index, out=None):
+    if out is None:
+        gx = np.zeros(shape, dtype=g.dtype)
+    else:
+        gx = out
+        gx.fill(0)
     parts = index if isinstance(index, tuple) else (index,)
     if any(isinstance(p, np.ndarray) and p.dtype.kind in "iu" for p in parts):
         np.add.at(gx, index, g)  # integer arrays may repeat: scatter-add
@@ -167,7 +223,7 @@ def _getitem_samples(rng):
 
 _getitem = primitive(
     "getitem",
-    lambda x, index: x[index],
+    _getitem_fwd,
     (_getitem_vjp,),
     reference=lambda x, index: np.array(x.tolist())[index],
     samples=_getitem_samples,
@@ -236,7 +292,7 @@ def _concat_samples(rng):
 
 _concatenate = primitive(
     "concatenate",
-    lambda *xs, axis: np.concatenate(xs, axis=axis),
+    lambda *xs, axis, out=None: np.concatenate(xs, axis=axis, out=out),
     _concat_vjp,
     reference=lambda *xs, axis: _concat_reference(xs, axis),
     samples=_concat_samples,
@@ -268,7 +324,7 @@ def _stack_vjp(g, out, needs, *xs, axis):
 
 _stack = primitive(
     "stack",
-    lambda *xs, axis: np.stack(xs, axis=axis),
+    lambda *xs, axis, out=None: np.stack(xs, axis=axis, out=out),
     _stack_vjp,
     reference=lambda *xs, axis: np.moveaxis(np.array([x.tolist() for x in xs]), 0, axis),
     samples=lambda rng: [
@@ -289,13 +345,21 @@ def stack(xs, axis: int = 0):
 
 
 # -- pad ---------------------------------------------------------------------------------------
+def _pad_fwd(x, pad_width, value, out=None):
+    if out is None:
+        return np.pad(x, pad_width, constant_values=value)
+    out.fill(value)
+    out[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))] = x
+    return out
+
+
 def _pad_vjp(g, out, x, pad_width, value):
     return g[tuple(slice(lo, lo + n) for (lo, _), n in zip(pad_width, x.shape))]
 
 
 _pad = primitive(
     "pad",
-    lambda x, pad_width, value: np.pad(x, pad_width, constant_values=value),
+    _pad_fwd,
     (_pad_vjp,),
     reference=lambda x, pad_width, value: _pad_reference(x, pad_width, value),
     samples=lambda rng: [

@@ -1,0 +1,194 @@
+"""Fused primitives, and the table that lets compiled plans use them.
+
+A fused primitive does the work of two neighbouring primitives in one pass each way, with the
+same arithmetic, so its results are the same bits: a Linear layer's bias add then ReLU
+(``bias_relu``), and ReLU then max pooling (``relu_max_pool``). Eager code never calls them; a
+compiled plan does, where :data:`FUSIONS` says so: when a traced step calls ``backward()``,
+every pair of nodes that the table names, whose intermediate value feeds the second alone, is
+rewritten into one node of the fused primitive (see ``Trace.fuse`` in ``plan.py``), and the
+backward pass then runs the fused primitive's rule. The first of the two equations stays in the
+plan only if something else reads its output.
+
+Both are first-order only (their backward kernels compute two gradients, or a routed one, in
+one pass), so traces that build a differentiable gradient graph (``create_graph``) keep the
+separate primitives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import relu_max_pool_backward, relu_max_pool_forward
+from ..kernels.fused import bias_relu_backward, bias_relu_forward
+from ..kernels.pool import pool_arg_dtype
+from . import samples as S
+from .nn import _pool_reference, _pool_samples
+from .registry import Sample, primitive, run, scratch
+
+
+# -- bias + ReLU -------------------------------------------------------------------------------
+def _bias_relu_fwd(x, b, out=None):
+    out = np.empty(x.shape, x.dtype) if out is None else out
+    bias_relu_forward(x, b, out)
+    return out
+
+
+def _bias_relu_vjp(g, out, needs, x, b):
+    gx, gb = run(bias_relu_backward_kernel, g, out)
+    return [gx if needs[0] else None, gb if needs[1] else None]
+
+
+def _bias_relu_backward_fwd(g, y, out=None):
+    gx, gb = (np.empty(g.shape, g.dtype), np.empty(g.shape[1], g.dtype)) if out is None else out
+    bias_relu_backward(g, y, gx, gb)
+    return gx, gb
+
+
+def _bias_relu_samples(rng):
+    return [
+        Sample((S.values(rng, (n, f), gap=0.1), S.values(rng, (f,), -0.05, 0.05)))
+        for n, f in [(4, 3), (1, 5), (6, 1)]
+    ]
+
+
+bias_relu = primitive(
+    "bias_relu",
+    _bias_relu_fwd,
+    _bias_relu_vjp,
+    reference=lambda x, b: np.where(x + b > 0, x + b, 0.0),
+    samples=_bias_relu_samples,
+    higher_order=False,
+    doc="max(x + b, 0) for x (N, F) and b (F,) in one pass (a Linear layer's bias then ReLU).",
+)
+bias_relu_backward_kernel = primitive(
+    "bias_relu_backward",
+    _bias_relu_backward_fwd,
+    None,
+    reference=lambda g, y: (g * (y > 0), (g * (y > 0)).sum(axis=0)),
+    samples=lambda rng: [
+        Sample((S.values(rng, (n, f)), np.maximum(S.values(rng, (n, f)), 0)))
+        for n, f in [(4, 3), (1, 5), (0, 2)]
+    ],
+    doc="bias_relu's VJP in one pass: g where the output is positive, and its rows summed in "
+    "order (the bias gradient). Not differentiable.",
+)
+
+
+# -- ReLU + max pooling ------------------------------------------------------------------------
+def _planes(a: np.ndarray) -> np.ndarray:
+    """(N, C, *spatial) as (N*C, H, W) planes (H = 1 for 1-d): a view of a contiguous array."""
+    return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
+
+
+def _2d(kernel: tuple, stride: tuple) -> tuple:
+    return ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
+
+
+def _relu_max_pool_fwd(x, kernel, stride, out=None):
+    if out is None:
+        shape = x.shape[:2] + tuple(
+            (n - k) // s + 1 for n, k, s in zip(x.shape[2:], kernel, stride)
+        )
+        out = (np.empty(shape, x.dtype), np.empty(shape, pool_arg_dtype(kernel)))
+    res, arg = out
+    k2, s2 = _2d(kernel, stride)
+    x = np.ascontiguousarray(x)
+    relu_max_pool_forward(_planes(x), k2[0], k2[1], s2[0], s2[1], _planes(res), _planes(arg))
+    return res, arg
+
+
+def _relu_max_pool_vjp(g, out, x, kernel, stride, aux):
+    return run(
+        relu_max_pool_backward_kernel, g, out, aux[0], x_shape=x.shape, kernel=kernel, stride=stride
+    )
+
+
+def _relu_max_pool_backward_fwd(g, y, arg, x_shape, kernel, stride, out=None, ws=None):
+    gx = np.empty(x_shape, g.dtype) if out is None else out
+    if not g.flags.c_contiguous:
+        gc = scratch(ws, "g", g.shape, g.dtype)
+        np.copyto(gc, g)
+        g = gc
+    k2, s2 = _2d(kernel, stride)
+    relu_max_pool_backward(_planes(g), _planes(y), _planes(arg), k2[1], s2[0], s2[1], _planes(gx))
+    return gx
+
+
+def _relu_max_pool_samples(rng):
+    return [
+        Sample((s.args[0] - 0.0125,), s.attrs)  # no value at relu's kink
+        for d in (1, 2)
+        for s in _pool_samples(d)(rng)
+    ]
+
+
+def _relu_max_pool_backward_samples(rng):
+    out = []
+    for s in _relu_max_pool_samples(rng):
+        y, arg = _relu_max_pool_fwd(s.args[0], **s.attrs)
+        out.append(
+            Sample((S.values(rng, y.shape), y, arg), {"x_shape": s.args[0].shape, **s.attrs})
+        )
+    return out
+
+
+def _relu_max_pool_backward_reference(g, y, arg, x_shape, kernel, stride):
+    from .nn import _pool_backward_reference
+
+    return _pool_backward_reference(np.where(y > 0, g, 0.0), arg, x_shape, kernel, stride)
+
+
+relu_max_pool = primitive(
+    "relu_max_pool",
+    _relu_max_pool_fwd,
+    (_relu_max_pool_vjp,),
+    reference=lambda x, kernel, stride: _pool_reference(np.maximum(x, 0), kernel, stride),
+    samples=_relu_max_pool_samples,
+    aux=True,
+    higher_order=False,
+    doc="max_pool(relu(x)) in one pass over (N, C, L) or (N, C, H, W): each window's maximum "
+    "of relu(x) and where it sits (see kernels/fused.py).",
+)
+relu_max_pool_backward_kernel = primitive(
+    "relu_max_pool_backward",
+    _relu_max_pool_backward_fwd,
+    None,
+    reference=_relu_max_pool_backward_reference,
+    samples=_relu_max_pool_backward_samples,
+    doc="relu_max_pool's VJP: each output gradient added at its window's maximum where the "
+    "output is positive, in a zero array of the input's shape. Not differentiable.",
+)
+
+
+# -- the table ---------------------------------------------------------------------------------
+def _fuse_bias_relu(add, relu):
+    x, b = add.inputs
+    if (
+        isinstance(x, np.ndarray)
+        and isinstance(b, np.ndarray)
+        and x.ndim == 2
+        and b.shape == (x.shape[1],)
+        and x.dtype == b.dtype
+        and x.dtype.kind == "f"
+        and x.flags.c_contiguous
+    ):
+        return bias_relu, {}
+    return None
+
+
+def _fuse_relu_max_pool(relu, pool):
+    (x,) = relu.inputs
+    if isinstance(x, np.ndarray) and x.ndim in (3, 4) and x.flags.c_contiguous:
+        return relu_max_pool, dict(pool.attrs)
+    return None
+
+
+FUSIONS = {
+    ("relu", "max_pool1d"): _fuse_relu_max_pool,
+    ("relu", "max_pool2d"): _fuse_relu_max_pool,
+    ("add", "relu"): _fuse_bias_relu,
+}
+"""(first, second) primitive names -> ``rule(first_node, second_node)``, which returns the
+fused primitive and its attributes (it takes the first node's inputs), or None where the pair's
+shapes or layouts do not fit. In priority order: a ReLU that feeds a max-pool fuses with the
+pool, not with a bias before it."""
