@@ -1,13 +1,11 @@
-"""The direct and fused conv (+ ReLU + max-pool) kernels equal their NumPy references, the fused
-backward equals the plain direct backward bit for bit, and compiled plans match eager where the
-conv gradient goes through the direct kernel."""
+"""The direct conv backward kernel equals its NumPy reference, and compiled plans match eager
+where the conv gradient goes through the direct kernel."""
 
 import numpy as np
 import pytest
 
 import tapegrad as tg
 from tapegrad.autodiff.kernels import conv as K
-from tapegrad.autodiff.kernels.pool import pool_arg_dtype
 from tapegrad.autodiff.primitives import nn as nn_prims
 
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-11, atol=1e-11)}
@@ -45,15 +43,11 @@ def _conv_shape(xs, ws):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 @pytest.mark.parametrize("case", CASES)
-def test_direct_conv_matches_reference(case, dt):
+def test_direct_conv_backward_matches_reference(case, dt):
     xs, ws, has_bias, _, _, cl = case
     rng = np.random.default_rng(0)
     x, w, b = _make(rng, xs, ws, has_bias, cl, dt)
-    y, yr = np.empty(_conv_shape(xs, ws), dt), np.empty(_conv_shape(xs, ws), dt)
-    K.conv_forward(x, w, b, y)
-    K.conv_forward_reference(x, w, b, yr)
-    np.testing.assert_allclose(y, yr, **TOL[dt])
-    g = rng.normal(size=y.shape).astype(dt)
+    g = rng.normal(size=_conv_shape(xs, ws)).astype(dt)
     g[rng.uniform(size=g.shape) < 0.5] = 0  # the kernel skips zeros; the reference does not
     grads = [np.full(x.shape, 9, dt), np.full(w.shape, 9, dt)] + (
         [np.full(b.shape, 9, dt)] if has_bias else [None]
@@ -68,86 +62,16 @@ def test_direct_conv_matches_reference(case, dt):
             np.testing.assert_allclose(a, r, **TOL[dt])
 
 
-@pytest.mark.parametrize("dt", [np.float32, np.float64])
-@pytest.mark.parametrize("case", CASES)
-def test_fused_conv_relu_max_pool_matches_reference_and_plain_backward(case, dt):
-    xs, ws, has_bias, pk, ps, cl = case
-    rng = np.random.default_rng(1)
-    x, w, b = _make(rng, xs, ws, has_bias, cl, dt, pk[-1])
-    two_d = len(xs) == 4
-    fwd = K.conv2d_relu_max_pool_forward if two_d else K.conv1d_relu_max_pool_forward
-    bwd = K.conv2d_relu_max_pool_backward if two_d else K.conv1d_relu_max_pool_backward
-    fwd_ref = (
-        K.conv2d_relu_max_pool_forward_reference
-        if two_d
-        else K.conv1d_relu_max_pool_forward_reference
-    )
-    bwd_ref = (
-        K.conv2d_relu_max_pool_backward_reference
-        if two_d
-        else K.conv1d_relu_max_pool_backward_reference
-    )
-    out, arg = K.fused_buffers(xs, ws, pk, ps, dt)
-    out_r, arg_r = K.fused_buffers(xs, ws, pk, ps, dt)
-    assert arg.dtype == pool_arg_dtype(pk)
-    fwd(x, w, b, pk, ps, out, arg)
-    fwd_ref(x, w, b, pk, ps, out_r, arg_r)
-    np.testing.assert_allclose(out, out_r, **TOL[dt])
-    assert (out == 0).any() and (out > 0).any()  # both kinds of window are exercised
-    pos = out_r > 0
-    np.testing.assert_array_equal(arg[pos], arg_r[pos])
-    assert (arg[~pos] == 0).all()
-
-    g = rng.normal(size=out.shape).astype(dt)
-    gx, gw = np.full(x.shape, 9, dt), np.full(w.shape, 9, dt)
-    gb = np.full(ws[0], 9, dt) if has_bias else None
-    gx_r, gw_r = np.empty(x.shape, dt), np.empty(w.shape, dt)
-    gb_r = np.empty(ws[0], dt) if has_bias else None
-    bwd(g, x, w, out, arg, pk, ps, gw, gb, gx)
-    bwd_ref(g, x, w, out, arg, pk, ps, gw_r, gb_r, gx_r)
-    np.testing.assert_allclose(gx, gx_r, **TOL[dt])
-    np.testing.assert_allclose(gw, gw_r, **TOL[dt])
-    if has_bias:
-        np.testing.assert_allclose(gb, gb_r, **TOL[dt])
-
-    # bit for bit: the fused backward is the plain direct backward of the dense conv gradient
-    # that separate ReLU and max-pool backward rules give
-    gy = np.zeros(_conv_shape(xs, ws), dt)
-    pk2, ps2 = (pk, ps) if two_d else ((1,) + pk, (1,) + ps)
-    g4, out4, arg4, gy4 = (a if two_d else a[:, :, None, :] for a in (g, out, arg, gy))
-    for idx in np.ndindex(out4.shape):
-        n, o, pi, pj = idx
-        if out4[idx] > 0:
-            q = int(arg4[idx])
-            gy4[n, o, pi * ps2[0] + q // pk2[1], pj * ps2[1] + q % pk2[1]] = g4[idx]
-    gx2, gw2 = np.empty(x.shape, dt), np.empty(w.shape, dt)
-    gb2 = np.empty(ws[0], dt) if has_bias else None
-    K.conv_backward(gy, x, w, gw2, gb2, gx2)
-    np.testing.assert_array_equal(gx, gx2)
-    np.testing.assert_array_equal(gw, gw2)
-    if has_bias:
-        np.testing.assert_array_equal(gb, gb2)
-
-
 def test_only_requested_gradients_are_written():
-    rng = np.random.default_rng(2)
-    x, w, b = _make(rng, (2, 3, 10), (2, 3, 3), True, True, np.float64)
-    out, arg = K.fused_buffers(x.shape, w.shape, (2,), (2,), np.float64)
-    K.conv1d_relu_max_pool_forward(x, w, b, (2,), (2,), out, arg)
-    g = rng.normal(size=out.shape)
-    gw, gw_all = np.empty(w.shape), np.empty(w.shape)
-    gx = np.empty(x.shape)
-    K.conv1d_relu_max_pool_backward(g, x, w, out, arg, (2,), (2,), gw, None, None)
-    K.conv1d_relu_max_pool_backward(g, x, w, out, arg, (2,), (2,), gw_all, np.empty(2), gx)
-    np.testing.assert_array_equal(gw, gw_all)
-
-
-def test_overlapping_pool_windows_are_refused():
-    x = np.ones((1, 1, 6, 6))
-    w = np.ones((1, 1, 3, 3))
-    out, arg = K.fused_buffers(x.shape, w.shape, (2, 2), (1, 1), np.float64)
-    with pytest.raises(ValueError, match="overlap"):
-        K.conv2d_relu_max_pool_forward(x, w, None, (2, 2), (1, 1), out, arg)
+    rng = np.random.default_rng(1)
+    x, w, _ = _make(rng, (2, 3, 9), (2, 3, 3), False, False, np.float64)
+    g = rng.normal(size=(2, 2, 7))
+    gx = np.full(x.shape, 7.0)
+    K.conv_backward(g, x, w, np.empty(w.shape), None, None)
+    K.conv_backward(g, x, w, None, None, gx)
+    ref = np.empty(x.shape)
+    K.conv_backward_reference(g, x, w, None, None, ref)
+    np.testing.assert_allclose(gx, ref, rtol=1e-12, atol=1e-12)
 
 
 def _text_step(seed=0, l_in=40, c=20, o=4, pool=4, dt=np.float32):
@@ -219,9 +143,5 @@ def test_kernels_refuse_mismatched_shapes_before_their_unchecked_loops():
         K.conv_backward(g[:, :, :6], x, w, np.empty_like(w), None, None)
     with pytest.raises(ShapeError, match=r"conv_backward: gx must have shape \(2, 3, 9, 9\)"):
         K.conv_backward(g, x, w, None, None, np.empty((2, 3, 9, 8), np.float32))
-    with pytest.raises(ShapeError, match="conv_forward: input .* and weight .* do not fit"):
-        K.conv_forward(x, np.zeros((4, 2, 3, 3), np.float32), None, np.empty_like(g))
-    out = np.empty((2, 4, 3, 3), np.float32)  # pooled 7x7 by 2 is 3x3
-    arg = np.empty((2, 4, 3, 4), np.int8)
-    with pytest.raises(ShapeError, match=r"pooled array \(2, 4, 3, 4\) should be \(2, 4, 3, 3\)"):
-        K.conv2d_relu_max_pool_forward(x, w, None, (2, 2), (2, 2), out, arg)
+    with pytest.raises(ShapeError, match="conv_backward: input .* and weight .* do not fit"):
+        K.conv_backward(g, x, np.zeros((4, 2, 3, 3), np.float32), None, None, None)
