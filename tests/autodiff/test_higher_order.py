@@ -4,6 +4,8 @@ float64, create_graph, and compiled steps that differentiate a gradient."""
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tapegrad as tg
 from tapegrad import nn, optim
@@ -148,15 +150,54 @@ def test_compiled_gradient_penalty_step_equals_eager():
         np.testing.assert_array_equal(a, b)
 
 
-def test_backward_create_graph_in_a_compiled_step_is_refused():
-    x = tg.tensor(np.ones(3, np.float32), requires_grad=True)
+def test_backward_create_graph_in_a_compiled_step_equals_eager():
+    """backward(create_graph=True) inside a compiled step: the leaves' grad_tensor feeds a
+    penalty whose backward runs through the gradient; compiled equals eager bit for bit."""
 
-    def step(a):
-        (x * tg.tensor(a)).sum().backward(create_graph=True)
-        return x.grad_tensor
+    def train(compiled):
+        tg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+        params = list(model.parameters())
+        opt = optim.SGD(params, lr=0.05)
+        xs = np.random.default_rng(2).standard_normal((16, 3)).astype(np.float32)
 
-    with pytest.raises(tg.TraceError, match=r"tg.gradients\(loss, params, create_graph=True\)"):
-        tg.compile(step)(np.ones(3, np.float32))
+        def step(x):
+            out = model(tg.tensor(x)).mean()
+            opt.zero_grad()
+            out.backward(create_graph=True)
+            penalty = tg.stack([(p.grad_tensor**2).sum() for p in params]).sum()
+            opt.zero_grad()
+            penalty.backward()
+            opt.step()
+            return out, penalty
+
+        f = tg.compile(step) if compiled else step
+        losses = [[t.item() for t in f(xs)] for _ in range(4)]
+        return losses, [p.data.copy() for p in params]
+
+    (le, pe), (lc, pc) = train(False), train(True)
+    assert le == lc
+    for a, b in zip(pe, pc):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("k", range(len(TG_EXPRS)), ids=IDS)
+def test_hvp_hessian_jacobian_and_jvp_compiled_equal_eager(k):
+    """The transformations inside a compiled step record their passes: each replay computes
+    them for its own input, as eager mode does."""
+    f = TG_EXPRS[k]
+    v = np.random.default_rng(4).standard_normal(4)
+    transforms = {
+        "hvp": (lambda x: tg.hvp(f, x, v)),
+        "hessian": (lambda x: tg.hessian(f)(x)),
+        "jacobian": (lambda x: tg.jacobian(tg.grad(f))(x)),
+        "jvp": (lambda x: tg.jvp(tg.grad(f), (x,), (v,))[1]),
+    }
+    for name, fn in transforms.items():
+        compiled = tg.compile(lambda x, fn=fn: tg.tensor(fn(x)))
+        for seed in range(3):  # the trace, then two replays with other inputs
+            x = _x() + seed
+            np.testing.assert_array_equal(compiled(x).data, fn(x), err_msg=name)
 
 
 def test_hessians_of_the_fused_losses_and_embedding_match_torch():
@@ -193,3 +234,64 @@ def test_hessians_of_the_fused_losses_and_embedding_match_torch():
     for f, tf in cases:
         want = torch.autograd.functional.hessian(tf, torch.tensor(w0)).numpy()
         np.testing.assert_allclose(tg.hessian(f)(w0), want, rtol=1e-9, atol=1e-12)
+
+
+M6 = np.random.default_rng(5).standard_normal((6, 6)) * 0.3
+
+# (tapegrad, torch) pairs of twice-differentiable operations on a (2, 6) value, for random graphs
+_UNARY = [
+    (lambda t: tg.tanh(t), torch.tanh),
+    (lambda t: tg.sigmoid(t), torch.sigmoid),
+    (lambda t: tg.exp(t * 0.3), lambda t: torch.exp(t * 0.3)),
+    (lambda t: tg.sin(t) * t, lambda t: torch.sin(t) * t),
+    (lambda t: t * t * 0.5, lambda t: t * t * 0.5),
+    (lambda t: tg.softplus(t), torch.nn.functional.softplus),
+    (lambda t: tg.softmax(t, axis=1), lambda t: torch.softmax(t, 1)),
+    (lambda t: t @ tg.tensor(M6), lambda t: t @ torch.tensor(M6)),
+    (
+        lambda t: tg.concatenate([tg.max_pool1d(t.reshape((2, 1, 6)), 2).reshape((2, 3))] * 2, 1),
+        lambda t: torch.cat([torch.max_pool1d(t.reshape(2, 1, 6), 2).reshape(2, 3)] * 2, 1),
+    ),
+]
+_BINARY = [
+    (lambda a, b: a * b, lambda a, b: a * b),
+    (lambda a, b: a + b * 0.5, lambda a, b: a + b * 0.5),
+    (lambda a, b: a / (1.5 + b * b), lambda a, b: a / (1.5 + b * b)),
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.integers(0, len(_UNARY) - 1), st.integers(0, len(_BINARY) - 1)),
+        min_size=1,
+        max_size=4,
+    ),
+    seed=st.integers(0, 10_000),
+)
+def test_random_graphs_hvp_and_jvp_match_torch(ops, seed):
+    """Random compositions of twice-differentiable operations: the Hessian-vector product and
+    the jvp of the gradient map against torch.autograd.grad(create_graph=True) and
+    torch.func.jvp, in float64."""
+
+    def build(lib_unary, lib_binary, x):
+        h = x.reshape((2, 6))
+        for u, b in ops:
+            h = lib_binary[b](lib_unary[u](h), h)
+        return (h * h).sum()
+
+    def f(x):
+        return build([u for u, _ in _UNARY], [b for b, _ in _BINARY], x)
+
+    def tf(x):
+        return build([u for _, u in _UNARY], [b for _, b in _BINARY], x)
+
+    rng = np.random.default_rng(seed)
+    x, v = rng.uniform(-1, 1, 12), rng.standard_normal(12)
+    tx, tv = torch.tensor(x, requires_grad=True), torch.tensor(v)
+    (tgrad,) = torch.autograd.grad(tf(tx), tx, create_graph=True)
+    (thvp,) = torch.autograd.grad((tgrad * tv).sum(), tx)
+    np.testing.assert_allclose(tg.hvp(f, x, v), thvp.numpy(), rtol=1e-9, atol=1e-10)
+    _, tjvp = torch.func.jvp(torch.func.grad(tf), (torch.tensor(x),), (tv,))
+    _, jv = tg.jvp(tg.grad(f), (x,), (v,))
+    np.testing.assert_allclose(jv, tjvp.numpy(), rtol=1e-9, atol=1e-10)

@@ -155,6 +155,14 @@ def hvp(f: Callable, x, v) -> np.ndarray:
     return h.data
 
 
+def _stacked(rows: list, shape: tuple) -> np.ndarray:
+    """``rows`` stacked into ``shape`` by tapegrad's own stack, so that inside a compiled step
+    the plan records it (a NumPy stack of traced values would be frozen into the plan)."""
+    from .ops import reshape, stack
+
+    return reshape(stack([Tensor._make(r, None, False) for r in rows]), shape).data
+
+
 def hessian(f: Callable) -> Callable:
     """``f`` (scalar-valued) -> a function returning its Hessian at ``x``, of shape
     ``x.shape + x.shape`` (one Hessian-vector product per entry of ``x``)."""
@@ -177,7 +185,7 @@ def hessian(f: Callable) -> Callable:
                     g, [leaf], e.reshape(x.shape), retain_graph=True, allow_unused=True
                 )
                 rows.append(h.data)
-        return np.stack(rows).reshape(x.shape + x.shape)
+        return _stacked(rows, x.shape + x.shape)
 
     return wrapped
 
@@ -196,9 +204,7 @@ def jacobian(f: Callable) -> Callable:
             e[k] = 1
             rows.append(pullback(e.reshape(out.shape))[0])
         return (
-            np.stack(rows).reshape(out.shape + x.shape)
-            if rows
-            else np.zeros(out.shape + x.shape, x.dtype)
+            _stacked(rows, out.shape + x.shape) if rows else np.zeros(out.shape + x.shape, x.dtype)
         )
 
     return wrapped

@@ -387,14 +387,6 @@ def backward(
     seed = _seed(root, gradient, "backward", create_graph)
     trace = _TRACING.active
     if trace is not None:
-        if create_graph:
-            from .plan import TraceError
-
-            raise TraceError(
-                "backward(create_graph=True) inside a compiled function: its leaf gradients "
-                "are side effects a plan cannot replay; compute them with "
-                "tg.gradients(loss, params, create_graph=True), which returns tensors"
-            )
         trace.begin_backward(root)
     _pass([root], [seed], None, retain_graph or create_graph, create_graph)
     if trace is not None:

@@ -766,6 +766,8 @@ def _flatten_outputs(out, trace: Trace):
     """Describe ``fn``'s return value so replays rebuild it from the plan's values."""
     if isinstance(out, Tensor):
         v = trace.var_of.get(id(out))
+        if v is None:  # a new Tensor over a traced value's array (tg.tensor(tg.hvp(...)))
+            v = trace.var_of_data.get(id(out.data))
         if v is None:
             return ("const", out)
         return ("var", v, out.requires_grad)
