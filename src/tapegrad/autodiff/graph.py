@@ -252,37 +252,32 @@ def _apply_multi(prim, args, arrays, attrs, outs) -> tuple:
 
 
 def toposort(*roots: Tensor) -> list[Tensor]:
-    """Tensors that ``roots`` depend on through gradient-carrying edges, parents first."""
+    """Tensors that ``roots`` depend on through gradient-carrying edges, parents first: the
+    post-order of a depth-first walk that visits each tensor's parents in order (iterative, so
+    depth is limited by memory only)."""
     order: list[Tensor] = []
     visited: set[int] = set()
-    for root in roots:
-        if id(root) in visited:
+    stack: list = [(r, False) for r in reversed(roots)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
             continue
-        visited.add(id(root))
-        stack = [(root, _parents(root))]
-        while stack:
-            t, parents = stack[-1]
-            for p in parents:
+        if id(t) in visited:
+            continue
+        visited.add(id(t))
+        stack.append((t, True))
+        node = t._node
+        if node is not None:
+            if node.released:
+                raise GraphError(
+                    "backward: this graph was freed by an earlier backward(); pass "
+                    "retain_graph=True to the first backward() to run backward through it again"
+                )
+            for p in reversed(node.parents):
                 if p is not None and id(p) not in visited:
-                    visited.add(id(p))
-                    stack.append((p, _parents(p)))
-                    break
-            else:
-                stack.pop()
-                order.append(t)
+                    stack.append((p, False))
     return order
-
-
-def _parents(t: Tensor):
-    node = t._node
-    if node is None:
-        return iter(())
-    if node.released:
-        raise GraphError(
-            "backward: this graph was freed by an earlier backward(); pass "
-            "retain_graph=True to the first backward() to run backward through it again"
-        )
-    return iter(node.parents)
 
 
 def _seed(root: Tensor, gradient, fname: str, graph: bool = False):
