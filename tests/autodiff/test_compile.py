@@ -307,3 +307,27 @@ def test_bias_relu_fuses_only_when_the_sum_has_one_reader(shared):
     assert ("relu" in names) == shared
     bias_adds = [e for e in plan.eqs if e.prim.name == "add" and e.ins[1][1] is b]
     assert len(bias_adds) == shared  # unshared, the add was dead code once fused
+
+
+@pytest.mark.parametrize("clear", ["never", "sometimes"])
+def test_gradients_accumulate_over_calls_like_eager(clear):
+    # A plan computes a leaf's gradient straight into the leaf's .grad buffer; gradients that
+    # accumulate over calls (no zero_grad) must still add up as in eager mode.
+    rng = np.random.default_rng(5)
+    w0 = rng.normal(size=(4, 3)).astype(np.float32)
+    ws = [tg.tensor(w0.copy(), requires_grad=True) for _ in range(2)]
+
+    def step(w, x):
+        loss = (x @ w).tanh().sum()
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(lambda x: step(ws[1], x))
+    for k in range(5):
+        x = rng.normal(size=(5, 4)).astype(np.float32)
+        if clear == "sometimes" and k == 2:
+            ws[0].grad = ws[1].grad = None
+        step(ws[0], tg.tensor(x))
+        compiled(x)
+        np.testing.assert_array_equal(ws[0].grad, ws[1].grad)
+    assert ws[1].grad is not compiled.all_plans[0].leaf_grads[id(ws[1])]  # moved aside

@@ -522,6 +522,20 @@ def _laid_out_like(like: np.ndarray, block: np.ndarray) -> np.ndarray:
     return np.ndarray(like.shape, like.dtype, buffer=block, strides=tuple(strides))
 
 
+def _start(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _dense(a: np.ndarray) -> bool:
+    """Whether ``a`` fills its memory without gaps, in some order of its axes."""
+    step = a.itemsize
+    for i in sorted(range(a.ndim), key=lambda i: abs(a.strides[i])):
+        if a.shape[i] != 1 and a.strides[i] != step:
+            return False
+        step *= a.shape[i]
+    return True
+
+
 def _view_source(out, arrays) -> int | None:
     """The position of the input array whose memory ``out`` is a view of, if any."""
     if not isinstance(out, np.ndarray) or out.size == 0:
@@ -550,6 +564,7 @@ class Plan:
         root, dies = _lifetimes(trace, events, self.out_spec)
         self.vals: dict[int, np.ndarray] = dict(zip(trace.inputs, self.input_vals))
         self.leaf_grads: dict[int, np.ndarray] = self._reduction_buffers(events)
+        direct = self._direct_sinks(trace, events, root)
         self.ext_arrays: list[tuple[Tensor, np.ndarray]] = []
         self.allocating: list[str] = []  # equations whose forward allocates (then copied)
         pool, blocks = _Pool(), {}
@@ -565,13 +580,26 @@ class Plan:
                         continue
                 outs = []
                 for v in e.outs:
-                    self.vals[v], blocks[v] = pool.take(trace.values[v])
+                    if v in direct:  # a gradient computed straight into its leaf's .grad
+                        buf = self.leaf_grads[id(direct[v])]
+                        self.vals[v] = _laid_out_like(
+                            trace.values[v], buf.reshape(-1).view(np.uint8)
+                        )
+                        program.append(functools.partial(_make_room, direct[v], buf))
+                    else:
+                        self.vals[v], blocks[v] = pool.take(trace.values[v])
                     outs.append(self.vals[v])
                 program.append(_bound(e, ins, outs))
                 if not e.prim.writes_out:
                     self.allocating.append(e.prim.name)
             elif isinstance(e, Sink):
-                program.append(self._sink(e.tensor, self._array(e.grad)))
+                g = self._array(e.grad)
+                if e.grad[0] == VAR and direct.get(e.grad[1]) is e.tensor:
+                    buf = self.leaf_grads[id(e.tensor)]
+                    assert _start(g) == _start(buf) and g.strides == buf.strides
+                    program.append(functools.partial(_deliver_in_place, e.tensor, buf))
+                else:
+                    program.append(self._sink(e.tensor, g))
             elif isinstance(e, Reduce):
                 program.append(functools.partial(e.fn, self.vals[e.loss]))
             else:
@@ -604,6 +632,46 @@ class Plan:
             if isinstance(e, Reduce) and hasattr(e.fn, "buffers"):
                 out.update(e.fn.buffers(leaves))
         return out
+
+    def _direct_sinks(self, trace: Trace, events: list, root: dict) -> dict:
+        """Gradients an equation can compute straight into their leaf's ``.grad`` buffer:
+        ``{var: tensor}`` for the value whose buffer becomes the leaf's, for the first sink of
+        each tensor whose value nothing else reads (directly or through views of it) and which
+        lies in that buffer exactly as the leaf's gradient does. Saves a copy of every such
+        gradient on every replay (a 4 MiB embedding table's, for one)."""
+        made = {v for e in events if isinstance(e, Eq) for v in e.outs}
+        reads: dict[int, int] = {}  # root -> reads of it or its views, other than taking views
+        for e in events:
+            refs = e.ins if isinstance(e, Eq) else [e.grad] if isinstance(e, Sink) else []
+            for kind, p in refs:
+                if kind == VAR and root[p] is not None:
+                    if isinstance(e, Eq) and root[e.outs[0]] == root[p]:
+                        continue  # a view of it
+                    reads[root[p]] = reads.get(root[p], 0) + 1
+        keep = {root[v] for v in _spec_vars(self.out_spec)}
+        direct, seen = {}, set()
+        for e in events:
+            if not isinstance(e, Sink) or id(e.tensor) in seen:
+                continue
+            seen.add(id(e.tensor))
+            kind, v = e.grad
+            r = root.get(v) if kind == VAR else None
+            if r is None or r not in made or reads.get(r) != 1 or r in keep or r in direct:
+                continue
+            buf = self.leaf_grads.get(id(e.tensor))
+            if buf is None:
+                buf = self.leaf_grads[id(e.tensor)] = np.empty_like(e.tensor.data)
+            value, base = trace.values[v], trace.values[r]
+            if (
+                (value.shape, value.dtype, value.strides) == (buf.shape, buf.dtype, buf.strides)
+                and _start(value) == _start(base)
+                and base.nbytes == buf.nbytes
+                and _dense(base)
+                and buf.flags.c_contiguous
+            ):
+                direct[r] = e.tensor
+                direct[v] = e.tensor
+        return direct
 
     def _sink(self, t: Tensor, g: np.ndarray) -> Callable:
         buf = self.leaf_grads.get(id(t))
@@ -669,6 +737,22 @@ class Plan:
         for step in self.program:
             step()
         return _unflatten(self.out_spec, self)
+
+
+def _make_room(t: Tensor, buf: np.ndarray) -> None:
+    """Before an equation computes ``t``'s gradient into ``t``'s own gradient buffer: if
+    ``.grad`` still holds that buffer (gradients accumulating over calls, no ``zero_grad``),
+    move what it holds aside first."""
+    if t._grad is buf:
+        t._grad = buf.copy()
+
+
+def _deliver_in_place(t: Tensor, buf: np.ndarray) -> None:
+    """The sink of a gradient already computed into ``t``'s gradient buffer."""
+    if t._grad is None:
+        t._grad = buf
+    else:
+        t._grad += buf
 
 
 def _bound(e: Eq, ins: list, outs: list) -> Callable:
