@@ -1,0 +1,126 @@
+"""Sorting: ``argsort`` (a primitive: int64 indices, no gradient), and ``sort`` and ``topk``, which
+gather the values at those indices (so their gradient goes to the entries they come from).
+
+Ordering rules, the same for all three: the sort is stable (equal values keep the order they
+had, ascending or descending); NaN sorts as the largest value (last ascending, first
+descending); ``topk`` returns its ``k`` values sorted, ties going to the earlier entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import normalize_axis
+from ..errors import DTypeError, ShapeError
+from . import samples as S
+from .registry import Sample, primitive
+from .scan import ValuesIndices, _into
+
+
+def _argsort_fwd(x, axis, descending, out=None):
+    if not descending:
+        return _into(out, np.argsort(x, axis=axis, kind="stable").astype(np.int64, copy=False))
+    # stable and descending: sort the reversed order ascending, reverse the result back, so
+    # equal values keep their original order and NaN (last ascending) comes first
+    n = x.shape[axis]
+    r = np.argsort(np.flip(x, axis), axis=axis, kind="stable").astype(np.int64, copy=False)
+    return _into(out, np.flip(n - 1 - r, axis))
+
+
+def _argsort_reference(x, axis, descending):
+    xm = np.moveaxis(x, axis, -1)
+    out = np.zeros(xm.shape, dtype=np.int64)
+    for k in np.ndindex(*xm.shape[:-1]):
+        row = xm[k]
+
+        def key(i, row=row):
+            v = row[i]
+            if descending:
+                return (0 if np.isnan(v) else 1, 0.0 if np.isnan(v) else -v, i)
+            return (1 if np.isnan(v) else 0, 0.0 if np.isnan(v) else v, i)
+
+        out[k] = sorted(range(len(row)), key=key)
+    return np.moveaxis(out, -1, axis)
+
+
+def _argsort_samples(rng):
+    ties = np.array([[2.0, 1.0, 2.0, np.nan, 1.0, 3.0], [0.5, 0.5, 0.5, -1.0, np.nan, np.nan]])
+    return [
+        Sample((S.distinct(rng, (2, 3, 4)),), {"axis": 1, "descending": False}),
+        Sample((S.distinct(rng, (2, 3, 4)),), {"axis": 2, "descending": True}),
+        Sample((S.values(rng, (7,)),), {"axis": 0, "descending": False}),
+        Sample((ties,), {"axis": 1, "descending": False}),
+        Sample((ties,), {"axis": 1, "descending": True}),
+        Sample((np.zeros((0, 3)),), {"axis": 0, "descending": True}),
+    ]
+
+
+_argsort = primitive(
+    "argsort",
+    _argsort_fwd,
+    None,
+    reference=_argsort_reference,
+    samples=_argsort_samples,
+    doc="The indices that sort x along axis: stable, NaN largest (int64, not differentiable).",
+)
+
+
+def _shape(x) -> tuple:
+    return tuple(np.shape(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x))
+
+
+def _dtype(x):
+    return np.asarray(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x).dtype
+
+
+def _sort_axis(op: str, x, axis) -> int:
+    shape = _shape(x)
+    if _dtype(x).kind not in "fiub":
+        raise DTypeError(f"{op}: needs a numeric tensor, got dtype {_dtype(x)}")
+    if isinstance(axis, (tuple, list)):
+        raise ShapeError(f"{op}: sorts along one axis, got {axis}")
+    try:
+        axes = normalize_axis(axis, len(shape))
+    except ValueError as e:
+        raise ShapeError(f"{op}: {e} (input shape {shape})") from None
+    return axes[0] if axes else -1  # -1: a 0-d tensor, its one entry
+
+
+def argsort(x, axis: int = -1, descending: bool = False):
+    """The indices that sort ``x`` along ``axis`` (int64): stable, NaN counted as the largest."""
+    ax = _sort_axis("argsort", x, axis)
+    if ax < 0:
+        return _argsort(x.reshape((1,)), axis=0, descending=bool(descending)).reshape(())
+    return _argsort(x, axis=ax, descending=bool(descending))
+
+
+def sort(x, axis: int = -1, descending: bool = False) -> ValuesIndices:
+    """``(values, indices)``: ``x`` sorted along ``axis`` (stable; NaN largest) and where each
+    value came from. The gradient of the values goes back to those entries."""
+    from .indexing import gather
+
+    ax = _sort_axis("sort", x, axis)
+    if ax < 0:  # a 0-d tensor: its one entry
+        v, i = sort(x.reshape((1,)), 0, descending)
+        return ValuesIndices(v.reshape(()), i.reshape(()))
+    idx = _argsort(x, axis=ax, descending=bool(descending))
+    return ValuesIndices(gather(x, ax, idx), idx)
+
+
+def topk(x, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:  # noqa: A002
+    """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along
+    ``axis``, in sorted order (also when ``sorted=False``); ties go to the earlier entry."""
+    from .indexing import gather
+
+    ax = _sort_axis("topk", x, axis)
+    n = _shape(x)[ax] if ax >= 0 else 1
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
+        raise ShapeError(
+            f"topk: k={k} is out of range for axis {axis} of size {n} (input shape {_shape(x)})"
+        )
+    if ax < 0:  # a 0-d tensor: its one entry (k is 0 or 1)
+        v, i = topk(x.reshape((1,)), k, 0, largest)
+        return ValuesIndices(v.reshape(()), i.reshape(())) if k else ValuesIndices(v, i)
+    idx = _argsort(x, axis=ax, descending=bool(largest))
+    idx = idx[(slice(None),) * ax + (slice(0, int(k)),)]
+    return ValuesIndices(gather(x, ax, idx), idx)
