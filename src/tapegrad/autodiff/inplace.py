@@ -4,9 +4,11 @@
 Two ways, chosen by what needs a gradient:
 
 * **Recorded, out of place.** When gradients are recorded and ``x`` or the new value requires
-  grad, the update is an operation like any other (``index_put``, ``x + y``, ...): ``x`` then
-  refers to the new node and its new array, so the update is differentiable in both. The old
-  value stays intact for whatever saved it.
+  grad, the update is an operation like any other (``index_put``, ``x * y``, ...) applied to
+  ``x``'s current state, and ``x`` then refers to the new node and its new array, so the update
+  is differentiable in both. Recorded operations that used ``x`` before (the value itself may:
+  ``h[:, 1:] = h[:, 1:] * 3``) are pointed at that earlier state, as PyTorch's graph would keep
+  them; the old array stays intact for whatever saved it.
 * **In place.** Otherwise (under ``no_grad``, or when nothing involved requires grad) the values
   are written into ``x``'s own array, which views of it and other holders of ``x`` see, through
   the effect primitives ``assign`` and ``index_put_`` that compiled plans replay.
@@ -15,20 +17,19 @@ Refused, each with a :class:`GraphError` that says what to write instead:
 
 * a leaf that requires grad, while gradients are recorded (its gradient would lose its meaning);
 * a tensor with a graph under ``no_grad`` (its values would no longer match its graph);
-* a tensor that requires grad and was already used by recorded operations: they hold it as their
-  input, so after the update their gradient would flow through the update (tapegrad's graph
-  links tensors, not versions of them);
 * an in-place write into an array that a recorded operation saved for its backward pass.
 
-The last two are found by asking the garbage collector who holds the tensor or its array, a scan
-that is only needed when a quick reference count says someone beyond the caller does. (Saved
-*views* of the array are not seen.)
+tapegrad's graph links tensors, not versions of them, so finding the operations that used ``x``
+or saved its array means asking the garbage collector who holds them: a scan that runs only
+when a quick reference count says someone beyond the caller does. (Saved *views* of the array
+are not seen.)
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+import weakref
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from .errors import DTypeError, GraphError, ShapeError
 from .graph import Node, is_grad_enabled
 from .primitives.elementwise import astype, clip
 from .primitives.indexing import _index_put, _index_put_inplace, split_index
+from .primitives.pointwise import int_arith
 from .primitives.shape import broadcast_to
 from .primitives.update import assign
 from .tensor import _TRACING, Tensor
@@ -62,18 +64,17 @@ def _calibrate(path: str) -> int:
     return _Probe.base[path]
 
 
-def _live_graph_holds(obj, as_input: bool) -> bool:
-    """Whether a recorded node not yet freed by a backward pass holds ``obj``: as a parent
-    (a tensor) or, with ``as_input``, as a saved input or output array."""
-    for r in gc.get_referrers(obj):
+def _live_graph_holds(arr: np.ndarray) -> bool:
+    """Whether a recorded node not yet freed by a backward pass saved ``arr`` (as an input or
+    its output) for its VJP."""
+    for r in gc.get_referrers(arr):
         if type(r) is Node:
-            if as_input and r.out is obj and _live(r):
+            if r.out is arr and _live(r):
                 return True
-        elif isinstance(r, (list, tuple)):
+        elif isinstance(r, list):
             for n in gc.get_referrers(r):
-                if type(n) is Node and _live(n):
-                    if n.parents is r or (as_input and n.inputs is r):
-                        return True
+                if type(n) is Node and n.inputs is r and _live(n):
+                    return True
     return False
 
 
@@ -83,32 +84,61 @@ def _live(node) -> bool:
     return not node.released and parents is not None and any(isinstance(p, Tensor) for p in parents)
 
 
-def _used_by_graph(x: Tensor, refcount: int, path: str) -> bool:
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> its shadows
+
+
+def _shadow(x: Tensor) -> Tensor:
+    """A tensor for ``x``'s current state (array and node), standing in for ``x`` in the
+    operations recorded before an update; a trace maps it where it maps ``x``."""
+    s = Tensor._make(x.data, x._node, x.requires_grad)
+    trace = _TRACING.active
+    if trace is not None:
+        v = trace.var_of.get(id(x))
+        if v is not None:
+            trace.var_of[id(s)] = v
+        elif id(x) in trace.made_inside:
+            trace.made_inside.add(id(s))
+        _KEPT.setdefault(trace, []).append(s)  # alive while tracing: its id stays its own
+    return s
+
+
+def _reroute(x: Tensor, shadow: Tensor, refcount: int, path: str) -> None:
+    """Point the recorded operations that hold ``x`` as a parent at ``shadow``."""
     base = _Probe.base.get(path)
     if base is None:
         base = _calibrate(path)
-    return refcount > base and _live_graph_holds(x, False)
+    if refcount <= base:
+        return  # nothing beyond the caller holds x: no recorded operation does
+    for r in gc.get_referrers(x):
+        if type(r) is tuple:
+            for n in gc.get_referrers(r):
+                if type(n) is Node and n.parents is r:
+                    n.parents = tuple(shadow if p is x else p for p in r)
 
 
 def _saved_by_graph(x: Tensor) -> bool:
     arr = x.data
     # the tensor's slot, ``arr`` and getrefcount's argument: anything beyond is another holder
-    return sys.getrefcount(arr) > 3 and _live_graph_holds(arr, True)
+    return sys.getrefcount(arr) > 3 and _live_graph_holds(arr)
 
 
-def _rebind(x: Tensor, new: Tensor, what: str) -> None:
+def _outside_check(x: Tensor, what: str) -> None:
+    trace = _TRACING.active
+    if trace is not None and id(x) not in trace.var_of and id(x) not in trace.made_inside:
+        from .plan import TraceError
+
+        raise TraceError(
+            f"{what}: the tensor (shape {x.shape}) comes from outside the compiled function; a "
+            f"recorded update would give it a new array on every call, which the plan cannot "
+            f"hand back. Update it under tg.no_grad() (written in place and replayed), or "
+            f"return the new value"
+        )
+
+
+def _rebind(x: Tensor, new: Tensor) -> None:
     """Make ``x`` the tensor ``new`` is (its array and node); a trace maps ``x`` to it too."""
     trace = _TRACING.active
-    if trace is not None and id(x) is not id(new):
-        if id(x) not in trace.var_of and id(x) not in trace.made_inside:
-            from .plan import TraceError
-
-            raise TraceError(
-                f"{what}: the tensor (shape {x.shape}) comes from outside the compiled function; "
-                f"a recorded update would give it a new array on every call, which the plan "
-                f"cannot hand back. Update it under tg.no_grad() (written in place and "
-                f"replayed), or return the new value"
-            )
+    if trace is not None:
         trace.var_of[id(x)] = trace.var_of[id(new)]
     x.data, x._node, x.requires_grad = new.data, new._node, new.requires_grad
     x._grad_t = None
@@ -119,7 +149,7 @@ def _own_array(x: Tensor) -> None:
     is a constant of the plan; before writing into it, make it a fresh copy on every call."""
     trace = _TRACING.active
     if trace is not None and id(x) in trace.made_inside and id(x) not in trace.var_of:
-        _rebind(x, astype(x, x.dtype), "an in-place write")
+        _rebind(x, astype(x, x.dtype))
 
 
 def _leaf_error(what: str, x: Tensor) -> GraphError:
@@ -135,14 +165,6 @@ def _graph_error(what: str, x: Tensor) -> GraphError:
         f"{what}: the tensor (shape {x.shape}) was computed by recorded operations and "
         f"gradients are off; changing it would leave its graph describing other values. "
         f"Detach it first (x = x.detach()), or do the update with gradients on"
-    )
-
-
-def _used_error(what: str, x: Tensor) -> GraphError:
-    return GraphError(
-        f"{what}: the tensor (shape {x.shape}) requires grad and was already used by recorded "
-        f"operations, whose gradient would then flow through this update. Update it before "
-        f"using it, or update a copy: y = x.clone(); then change y"
     )
 
 
@@ -181,10 +203,11 @@ def setitem(x: Tensor, index, value) -> None:
     if grad and x.requires_grad and x._node is None:
         raise _leaf_error(what, x)
     if grad and (x.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
-        if x.requires_grad and _used_by_graph(x, refcount, "setitem"):
-            raise _used_error(what, x)
-        new = _index_put(x, value, *arrays, template=template, accumulate=False)
-        _rebind(x, new, what)
+        _outside_check(x, what)
+        before = _shadow(x)
+        if x.requires_grad:
+            _reroute(x, before, refcount, "setitem")
+        _rebind(x, _index_put(before, value, *arrays, template=template, accumulate=False))
         return
     if x._node is not None:
         raise _graph_error(what, x)
@@ -202,14 +225,12 @@ def inplace(x: Tensor, what: str, compute) -> Tensor:
         _Probe.base["method"] = refcount
         return x
     grad = is_grad_enabled()
-    if grad and x.requires_grad:
-        if x._node is None:
-            raise _leaf_error(what, x)
-        if _used_by_graph(x, refcount, "method"):
-            raise _used_error(what, x)
-    elif x._node is not None:
+    if grad and x.requires_grad and x._node is None:
+        raise _leaf_error(what, x)
+    if not grad and x._node is not None:
         raise _graph_error(what, x)
-    value = compute(x)
+    before = _shadow(x) if grad and x.requires_grad else x
+    value = compute(before)
     shape = tuple(value.shape) if isinstance(value, Tensor) else np.shape(value)
     try:
         full = np.broadcast_shapes(shape, x.shape)
@@ -220,19 +241,23 @@ def inplace(x: Tensor, what: str, compute) -> Tensor:
             f"{what}: the new values have shape {shape}, the tensor {x.shape}; an in-place "
             f"operation keeps the tensor's shape"
         )
-    if isinstance(value, Tensor):
-        if value.dtype != x.dtype:
+    if isinstance(value, Tensor) and value.dtype != x.dtype:
+        if not np.can_cast(value.dtype, x.dtype, "same_kind"):
             raise DTypeError(
                 f"{what}: the result has dtype {value.dtype} and cannot be stored in the "
                 f"tensor's dtype {x.dtype}"
             )
+        value = astype(value, x.dtype)  # within a kind (int64 into int32), as PyTorch does
     recorded = grad and (x.requires_grad or (isinstance(value, Tensor) and value.requires_grad))
     if recorded:
+        _outside_check(x, what)
+        if before is not x:
+            _reroute(x, before, refcount, "method")
         if not isinstance(value, Tensor):
             value = Tensor(np.broadcast_to(np.asarray(value, x.dtype), x.shape).copy())
-        elif value.shape != x.shape:
+        elif value.shape != x.shape or value is before:
             value = astype(broadcast_to(value, x.shape), x.dtype)  # a copy, not a view
-        _rebind(x, value, what)
+        _rebind(x, value)
         return x
     if _saved_by_graph(x):
         raise _saved_error(what, x)
@@ -244,20 +269,43 @@ def inplace(x: Tensor, what: str, compute) -> Tensor:
 def _same_dtype(v, dtype):
     """A tensor operand in the target's dtype (copy_ and fill_ convert, as PyTorch's do)."""
     if isinstance(v, Tensor):
-        return v if v.dtype == dtype else astype(v, dtype)
+        return astype(v, dtype)  # a copy: the tensor updated must not share v's array
     return np.asarray(v).astype(dtype)
 
 
+def _is_int(v) -> bool:
+    if isinstance(v, (bool, np.bool_)):
+        return False
+    if isinstance(v, (int, np.integer)):
+        return True
+    d = v.data if isinstance(v, Tensor) else v
+    return isinstance(d, np.ndarray) and d.dtype.kind in "iu"
+
+
+def _arith(op: str, t, other, alpha=1):
+    """``t op alpha * other``; on integer tensors with integer operands, exactly in integers
+    (the operators compute in the float dtype, as everywhere in tapegrad)."""
+    if t.dtype.kind in "iu" and _is_int(other) and _is_int(alpha):
+        if not isinstance(other, Tensor):
+            other = np.asarray(other, t.dtype)  # Python ints take the tensor's dtype
+        if alpha != 1:
+            other = int_arith(other, np.asarray(alpha, t.dtype), op="mul")
+        return int_arith(t, other, op=op)
+    if alpha != 1:
+        other = other * alpha
+    return {"add": lambda: t + other, "sub": lambda: t - other, "mul": lambda: t * other}[op]()
+
+
 def add_(x: Tensor, other, alpha=1) -> Tensor:
-    return inplace(x, "add_", lambda t: t + (other if alpha == 1 else other * alpha))
+    return inplace(x, "add_", lambda t: _arith("add", t, other, alpha))
 
 
 def sub_(x: Tensor, other, alpha=1) -> Tensor:
-    return inplace(x, "sub_", lambda t: t - (other if alpha == 1 else other * alpha))
+    return inplace(x, "sub_", lambda t: _arith("sub", t, other, alpha))
 
 
 def mul_(x: Tensor, other) -> Tensor:
-    return inplace(x, "mul_", lambda t: t * other)
+    return inplace(x, "mul_", lambda t: _arith("mul", t, other))
 
 
 def div_(x: Tensor, other) -> Tensor:

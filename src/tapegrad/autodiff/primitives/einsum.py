@@ -15,15 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from .args import shape_of
 from .elementwise import mul
 from .linalg import matmul
 from .movement import diagonal
 from .reduce import sum as _reduce_sum
 from .shape import permute, reshape
-
-
-def _shape(x) -> tuple:
-    return tuple(np.shape(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x))
 
 
 def _parse(subscripts: str, shapes: list[tuple]) -> tuple[list[list], list]:
@@ -118,7 +115,7 @@ def _prepare(x, labs: list, size: dict, needed: set):
         j = labs.index(lab, i + 1)
         x = diagonal(x, 0, i, j)
         labs = [m for k, m in enumerate(labs) if k not in (i, j)] + [lab]
-    shape = _shape(x)
+    shape = shape_of(x)
     drop = [k for k, lab in enumerate(labs) if shape[k] == 1 and size[lab] != 1]
     if drop:
         x = reshape(x, tuple(n for k, n in enumerate(shape) if k not in drop))
@@ -173,7 +170,7 @@ def einsum(subscripts: str, *operands):
         operands = tuple(operands[0])
     if not operands:
         raise ValueError("einsum: needs at least one operand")
-    shapes = [_shape(x) for x in operands]
+    shapes = [shape_of(x) for x in operands]
     labels, out = _parse(subscripts, shapes)
     size = _sizes(labels, shapes, subscripts)
     for ls, shape in zip(labels, shapes):  # a label repeated within an operand: one size
@@ -203,5 +200,5 @@ def einsum(subscripts: str, *operands):
         la = [lab for i, lab in enumerate(la) if i not in extra]
     result = _arrange(acc, la, out)
     if not hasattr(result, "requires_grad"):  # one constant array, unchanged: still a Tensor
-        result = reshape(result, _shape(result))
+        result = reshape(result, shape_of(result))
     return result

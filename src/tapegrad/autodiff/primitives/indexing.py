@@ -20,28 +20,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import normalize_axis, unbroadcast
+from ..backend import unbroadcast
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
 from ..kernels.scatter import scatter_add_rows
 from . import samples as S
+from .args import dtype_of, one_axis, plain, shape_of
 from .elementwise import where
 from .registry import Sample, primitive, run
 from .scan import _into, _linear_scan, shift
 from .shape import _pad, broadcast_to
 from .sort import _argsort
 
-
 # -- helpers -------------------------------------------------------------------------------------
-def _plain(x):
-    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
-
-
-def _shape(x) -> tuple:
-    return tuple(np.shape(_plain(x)))
-
-
-def _dtype(x):
-    return np.asarray(_plain(x)).dtype
 
 
 def _check_range(op: str, index: np.ndarray, n: int, axis: int, shape: tuple) -> None:
@@ -725,19 +715,14 @@ def _index_arg(op: str, index, what: str = "index"):
     """An index given as a Tensor stays one (a compiled plan then reads it on every call)."""
     if not hasattr(index, "requires_grad"):
         index = np.asarray(index)
-    if _dtype(index).kind not in "iu":
-        raise DTypeError(f"{op}: {what} must hold integers, got dtype {_dtype(index)}")
+    if dtype_of(index).kind not in "iu":
+        raise DTypeError(f"{op}: {what} must hold integers, got dtype {dtype_of(index)}")
     return index
 
 
 def _axis(op: str, axis, shape: tuple) -> int:
-    if isinstance(axis, (tuple, list)) or isinstance(axis, bool):
-        raise ShapeError(f"{op}: takes one axis (dim), got {axis!r}")
-    try:
-        axes = normalize_axis(axis, len(shape))
-    except (ValueError, TypeError) as e:
-        raise ShapeError(f"{op}: {e} (input shape {shape})") from None
-    return axes[0] if axes else 0
+    ax = one_axis(op, axis, shape)
+    return 0 if ax is None else ax  # a 0-d tensor: its one entry
 
 
 def _dim_check(op: str, x_shape: tuple, index_shape: tuple, axis: int, src_shape=None) -> None:
@@ -770,7 +755,7 @@ def gather(x, axis: int, index):
     index)``): ``index`` has ``x``'s rank, no longer than ``x`` on the other axes. The gradient
     adds back into the gathered entries (repeats accumulate)."""
     index = _index_arg("gather", index)
-    xs, ishape = _shape(x), _shape(index)
+    xs, ishape = shape_of(x), shape_of(index)
     ax = _axis("gather", axis, xs)
     _dim_check("gather", xs, ishape, ax)
     if not xs:
@@ -781,7 +766,7 @@ def gather(x, axis: int, index):
 def _src_arg(op: str, x, src):
     if hasattr(src, "requires_grad") or isinstance(src, np.ndarray):
         return src
-    return np.asarray(src, dtype=_dtype(x))  # a number: one value written everywhere
+    return np.asarray(src, dtype=dtype_of(x))  # a number: one value written everywhere
 
 
 def scatter(x, axis: int, index, src):
@@ -789,9 +774,9 @@ def scatter(x, axis: int, index, src):
     PyTorch's ``scatter(input, dim, index, src)``; ``src`` may be a number). With repeated
     indices the last write (C order of index) wins, and only it gets a gradient."""
     index, src = _index_arg("scatter", index), _src_arg("scatter", x, src)
-    xs = _shape(x)
+    xs = shape_of(x)
     ax = _axis("scatter", axis, xs)
-    _dim_check("scatter", xs, _shape(index), ax, _shape(src))
+    _dim_check("scatter", xs, shape_of(index), ax, shape_of(src))
     return _scatter(x, index, src, axis=ax)
 
 
@@ -799,9 +784,9 @@ def scatter_add(x, axis: int, index, src):
     """``x`` with ``src[i][j]`` added at ``[i][index[i][j]]`` along ``axis`` (repeats
     accumulate; out of place)."""
     index, src = _index_arg("scatter_add", index), _src_arg("scatter_add", x, src)
-    xs = _shape(x)
+    xs = shape_of(x)
     ax = _axis("scatter_add", axis, xs)
-    _dim_check("scatter_add", xs, _shape(index), ax, _shape(src))
+    _dim_check("scatter_add", xs, shape_of(index), ax, shape_of(src))
     return _scatter_add(x, index, src, axis=ax)
 
 
@@ -816,35 +801,35 @@ def scatter_reduce(x, axis: int, index, src, reduce: str, include_self: bool = T
     if reduce not in _REDUCES:
         raise ValueError(f"scatter_reduce: reduce must be one of {_REDUCES}, got {reduce!r}")
     index, src = _index_arg("scatter_reduce", index), _src_arg("scatter_reduce", x, src)
-    xs = _shape(x)
+    xs = shape_of(x)
     ax = _axis("scatter_reduce", axis, xs)
-    _dim_check("scatter_reduce", xs, _shape(index), ax, _shape(src))
-    if _shape(src) == ():
+    _dim_check("scatter_reduce", xs, shape_of(index), ax, shape_of(src))
+    if shape_of(src) == ():
         raise ShapeError("scatter_reduce: src must be a tensor with index's rank, not a number")
     if reduce in ("prod", "amax", "amin"):
         return _scatter_reduce(
             x, index, src, axis=ax, reduce=reduce, include_self=bool(include_self)
         )
-    base = x if include_self else _scatter(x, index, np.zeros((), _dtype(x)), axis=ax)
+    base = x if include_self else _scatter(x, index, np.zeros((), dtype_of(x)), axis=ax)
     total = _scatter_add(base, index, src, axis=ax)
     if reduce == "sum":
         return total
-    if _dtype(x).kind != "f":
-        raise DTypeError(f"scatter_reduce: mean needs a float tensor, got dtype {_dtype(x)}")
-    count = _touched(index, xs, ax, _dtype(x)) + (1.0 if include_self else 0.0)
+    if dtype_of(x).kind != "f":
+        raise DTypeError(f"scatter_reduce: mean needs a float tensor, got dtype {dtype_of(x)}")
+    count = _touched(index, xs, ax, dtype_of(x)) + (1.0 if include_self else 0.0)
     return total / where(count == 0, 1.0, count)
 
 
 def index_select(x, axis: int, index):
     """The entries ``index`` (a 1-d int tensor) along ``axis``; the gradient adds back."""
     index = _index_arg("index_select", index)
-    if len(_shape(index)) > 1:
-        raise ShapeError(f"index_select: index must be 1-d, got shape {_shape(index)}")
-    xs = _shape(x)
+    if len(shape_of(index)) > 1:
+        raise ShapeError(f"index_select: index must be 1-d, got shape {shape_of(index)}")
+    xs = shape_of(x)
     ax = _axis("index_select", axis, xs)
     if not xs:
         return _as_0d(lambda a, i: _take(a, i, axis=0), x, index)
-    if not _shape(index):
+    if not shape_of(index):
         index = index.reshape((1,))
     return _take(x, index, axis=ax)
 
@@ -856,7 +841,7 @@ def take(x, index, axis=None):
     index = _index_arg("take", index)
     if axis is None:
         x = x.reshape((-1,))
-    xs = _shape(x)
+    xs = shape_of(x)
     if not xs:
         raise ShapeError("take: the input must have at least one axis")
     return _take(x, index, axis=_axis("take", axis if axis is not None else 0, xs))
@@ -866,7 +851,7 @@ def index_add(x, axis: int, index, src, alpha: float = 1.0):
     """``x`` with ``alpha * src`` added at the entries ``index`` (1-d) along ``axis``;
     ``src.shape`` is ``x.shape`` with that axis of ``len(index)`` entries. Out of place."""
     index = _index_arg("index_add", index)
-    xs, ss, ishape = _shape(x), _shape(src), _shape(index)
+    xs, ss, ishape = shape_of(x), shape_of(src), shape_of(index)
     ax = _axis("index_add", axis, xs)
     if len(ishape) != 1:
         raise ShapeError(f"index_add: index must be 1-d, got shape {ishape}")
@@ -893,8 +878,8 @@ def split_index(op: str, index) -> tuple[tuple, list]:
             or (isinstance(p, (bool, np.bool_)))
         ):
             a = p if hasattr(p, "requires_grad") else np.asarray(p)
-            if _dtype(a).kind not in "iub":
-                raise IndexError(f"{op}: index arrays must be integer or bool, got {_dtype(a)}")
+            if dtype_of(a).kind not in "iub":
+                raise IndexError(f"{op}: index arrays must be integer or bool, got {dtype_of(a)}")
             template.append(ARRAY)
             arrays.append(a)
         elif isinstance(p, (int, np.integer)):
@@ -920,10 +905,10 @@ def index_get(x, index):
         from .shape import getitem
 
         return getitem(x, index)
-    out_shape = np.empty(_shape(x), np.bool_)[
-        build_index(template, [np.asarray(_plain(a)) for a in arrays])
+    out_shape = np.empty(shape_of(x), np.bool_)[
+        build_index(template, [np.asarray(plain(a)) for a in arrays])
     ].shape
-    fixed = _fixed(out_shape) if any(_dtype(a).kind == "b" for a in arrays) else None
+    fixed = _fixed(out_shape) if any(dtype_of(a).kind == "b" for a in arrays) else None
     return _index_get(x, *arrays, template=template, fixed_shape=fixed)
 
 
@@ -937,17 +922,17 @@ def index_put(x, index, values, accumulate: bool = False):
 def masked_fill(x, mask, value):
     """``x`` with ``value`` where the bool ``mask`` (broadcastable to ``x``'s shape) is true;
     ``value`` is a number or a 0-d tensor (then differentiable)."""
-    xs, ms = _shape(x), _shape(mask)
-    if _dtype(mask).kind != "b":
-        raise DTypeError(f"masked_fill: the mask must be bool, got dtype {_dtype(mask)}")
+    xs, ms = shape_of(x), shape_of(mask)
+    if dtype_of(mask).kind != "b":
+        raise DTypeError(f"masked_fill: the mask must be bool, got dtype {dtype_of(mask)}")
     try:
         full = np.broadcast_shapes(xs, ms)
     except ValueError:
         full = None
     if full != xs:
         raise ShapeError(f"masked_fill: mask shape {ms} does not broadcast to input shape {xs}")
-    if _shape(value) != ():
-        raise ShapeError(f"masked_fill: value must be a number or 0-d, got shape {_shape(value)}")
+    if shape_of(value) != ():
+        raise ShapeError(f"masked_fill: value must be a number or 0-d, got shape {shape_of(value)}")
     return where(mask, value, x)
 
 
@@ -955,19 +940,20 @@ def masked_select(x, mask):
     """The entries of ``x`` where the bool ``mask`` is true, as a 1-d tensor (both broadcast
     to one shape). Its length depends on the mask: inside a compiled function a call whose
     mask selects a different number of entries than the traced one raises."""
-    if _dtype(mask).kind != "b":
-        raise DTypeError(f"masked_select: the mask must be bool, got dtype {_dtype(mask)}")
+    if dtype_of(mask).kind != "b":
+        raise DTypeError(f"masked_select: the mask must be bool, got dtype {dtype_of(mask)}")
     try:
-        full = np.broadcast_shapes(_shape(x), _shape(mask))
+        full = np.broadcast_shapes(shape_of(x), shape_of(mask))
     except ValueError:
         raise ShapeError(
-            f"masked_select: mask shape {_shape(mask)} and input shape {_shape(x)} do not broadcast"
+            f"masked_select: mask shape {shape_of(mask)} and input shape {shape_of(x)} do not "
+            f"broadcast"
         ) from None
-    if _shape(x) != full:
+    if shape_of(x) != full:
         x = broadcast_to(x, full)
-    if _shape(mask) != full:
+    if shape_of(mask) != full:
         mask = broadcast_to(mask, full)
-    n = int(np.count_nonzero(_plain(mask)))
+    n = int(np.count_nonzero(plain(mask)))
     return _index_get(x, mask, template=(ARRAY,), fixed_shape=_fixed((n,)))
 
 
@@ -975,7 +961,7 @@ def nonzero(x, as_tuple: bool = False):
     """The indices of the nonzero entries: an ``(n, ndim)`` int64 tensor, or with
     ``as_tuple`` one 1-d tensor per axis (what ``x[...]`` takes). Its length depends on the
     values: inside a compiled function a call with another count than the traced one raises."""
-    a = np.asarray(_plain(x))
+    a = np.asarray(plain(x))
     n = int(np.count_nonzero(a))
     out = _nonzero(x, fixed_shape=_fixed((n, a.ndim)))
     if not as_tuple:

@@ -14,39 +14,18 @@ import math
 
 import numpy as np
 
-from ..backend import normalize_axis
 from ..errors import ShapeError
+from .args import axes_of, dtype_of, one_axis, shape_of
 from .indexing import ARRAY, _index_get, _index_put, _take
 from .shape import broadcast_to, concatenate, getitem, permute, reshape
 from .shape import pad as _constant_pad
 
 
-def _plain(x):
-    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
-
-
-def _shape(x) -> tuple:
-    return tuple(np.shape(_plain(x)))
-
-
-def _dtype(x):
-    return np.asarray(_plain(x)).dtype
-
-
-def _axes(op: str, axis, ndim: int, shape: tuple) -> tuple[int, ...]:
-    try:
-        return normalize_axis(axis, ndim)
-    except (ValueError, TypeError) as e:
-        raise ShapeError(f"{op}: {e} (input shape {shape})") from None
-
-
 def _one_axis(op: str, axis, shape: tuple) -> int:
-    if isinstance(axis, (tuple, list)) or isinstance(axis, bool):
-        raise ShapeError(f"{op}: takes one axis (dim), got {axis!r}")
-    axes = _axes(op, axis, len(shape), shape)
-    if not axes:
+    ax = one_axis(op, axis, shape)
+    if ax is None:
         raise ShapeError(f"{op}: needs a tensor with at least one axis (input shape {shape})")
-    return axes[0]
+    return ax
 
 
 def _along(axis: int, part) -> tuple:
@@ -67,8 +46,8 @@ def _ints(op: str, values, what: str) -> tuple[int, ...]:
 # -- flip, roll ----------------------------------------------------------------------------------
 def flip(x, axis=None):
     """``x`` reversed along ``axis`` (an int or a sequence; None: every axis)."""
-    shape = _shape(x)
-    axes = _axes("flip", axis, len(shape), shape)
+    shape = shape_of(x)
+    axes = axes_of("flip", axis, shape)
     return getitem(
         x, tuple(slice(None, None, -1) if d in axes else slice(None) for d in range(len(shape)))
     )
@@ -77,7 +56,7 @@ def flip(x, axis=None):
 def roll(x, shifts, axis=None):
     """Entries shifted ``shifts`` places along ``axis`` (ints or sequences of them), wrapping
     around; ``axis=None``: along the flattened tensor, then reshaped back."""
-    shape = _shape(x)
+    shape = shape_of(x)
     shifts_t = (shifts,) if isinstance(shifts, (int, np.integer)) else tuple(shifts)
     if axis is None:
         if len(shifts_t) != 1:
@@ -106,7 +85,7 @@ def roll(x, shifts, axis=None):
 def _tiled(x, reps: tuple):
     """x (padded with leading size-1 axes to len(reps)) repeated reps[i] times along axis i: a
     broadcast of interleaved size-1 axes, so the gradient is one sum."""
-    shape = _shape(x)
+    shape = shape_of(x)
     full = (1,) * (len(reps) - len(shape)) + shape
     if any(r < 0 for r in reps):
         raise ShapeError(f"repeat: repeat counts must be >= 0, got {reps}")
@@ -119,10 +98,10 @@ def repeat(x, *sizes):
     """PyTorch's ``Tensor.repeat``: ``x`` tiled ``sizes[i]`` times along axis i; ``sizes`` has at
     least ``x.ndim`` entries (extra leading ones add axes)."""
     reps = _ints("repeat", sizes, "repeat counts")
-    if len(reps) < len(_shape(x)):
+    if len(reps) < len(shape_of(x)):
         raise ShapeError(
-            f"repeat: {len(reps)} repeat counts {reps} for a tensor of {len(_shape(x))} axes "
-            f"(shape {_shape(x)}); give at least one per axis"
+            f"repeat: {len(reps)} repeat counts {reps} for a tensor of {len(shape_of(x))} axes "
+            f"(shape {shape_of(x)}); give at least one per axis"
         )
     return _tiled(x, reps)
 
@@ -131,7 +110,7 @@ def tile(x, reps):
     """``x`` tiled ``reps[i]`` times along axis i; fewer ``reps`` than axes count from the last
     axis (missing leading ones are 1), more add leading axes."""
     reps = _ints("tile", (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps), "reps")
-    ndim = len(_shape(x))
+    ndim = len(shape_of(x))
     return _tiled(x, (1,) * (ndim - len(reps)) + reps)
 
 
@@ -151,8 +130,8 @@ def repeat_interleave(x, repeats, axis=None):
     if axis is None:
         x, ax = reshape(x, (-1,)), 0
     else:
-        ax = _one_axis("repeat_interleave", axis, _shape(x))
-    n = _shape(x)[ax]
+        ax = _one_axis("repeat_interleave", axis, shape_of(x))
+    n = shape_of(x)[ax]
     if reps.ndim == 1 and reps.size not in (1, n):
         raise ShapeError(
             f"repeat_interleave: {reps.size} repeat counts for {n} entries along axis {ax}"
@@ -169,21 +148,21 @@ def _matrix_check(op: str, shape: tuple) -> None:
 
 def tril(x, diagonal: int = 0):
     """The lower triangle of the last two axes (entries above ``diagonal`` set to 0)."""
-    shape = _shape(x)
+    shape = shape_of(x)
     _matrix_check("tril", shape)
     above = ~np.tri(shape[-2], shape[-1], int(diagonal), dtype=bool)
     return _index_put(
-        x, np.zeros((), _dtype(x)), above, template=(Ellipsis, ARRAY), accumulate=False
+        x, np.zeros((), dtype_of(x)), above, template=(Ellipsis, ARRAY), accumulate=False
     )
 
 
 def triu(x, diagonal: int = 0):
     """The upper triangle of the last two axes (entries below ``diagonal`` set to 0)."""
-    shape = _shape(x)
+    shape = shape_of(x)
     _matrix_check("triu", shape)
     below = np.tri(shape[-2], shape[-1], int(diagonal) - 1, dtype=bool)
     return _index_put(
-        x, np.zeros((), _dtype(x)), below, template=(Ellipsis, ARRAY), accumulate=False
+        x, np.zeros((), dtype_of(x)), below, template=(Ellipsis, ARRAY), accumulate=False
     )
 
 
@@ -195,7 +174,7 @@ def _diagonal_positions(n: int, m: int, offset: int):
 def diagonal(x, offset: int = 0, axis1: int = 0, axis2: int = 1):
     """The entries ``[i, i + offset]`` of the plane of ``axis1`` and ``axis2``, as the last axis
     of the result (the other axes keep their order)."""
-    shape = _shape(x)
+    shape = shape_of(x)
     _matrix_check("diagonal", shape)
     a1, a2 = _one_axis("diagonal", axis1, shape), _one_axis("diagonal", axis2, shape)
     if a1 == a2:
@@ -212,7 +191,7 @@ _diagonal = diagonal  # diag's argument is named ``diagonal``, as in PyTorch
 def diag(x, diagonal: int = 0):
     """A 1-d ``x``: the square matrix with ``x`` on its ``diagonal`` (0 elsewhere); a 2-d ``x``:
     that diagonal of it, as a vector."""
-    shape, k = _shape(x), int(diagonal)
+    shape, k = shape_of(x), int(diagonal)
     if len(shape) == 2:
         return _diagonal(x, k, 0, 1)
     if len(shape) != 1:
@@ -220,7 +199,7 @@ def diag(x, diagonal: int = 0):
     n = shape[0] + abs(k)
     rows = np.arange(shape[0]) + max(0, -k)
     return _index_put(
-        np.zeros((n, n), _dtype(x)), x, rows, rows + k, template=(ARRAY, ARRAY), accumulate=False
+        np.zeros((n, n), dtype_of(x)), x, rows, rows + k, template=(ARRAY, ARRAY), accumulate=False
     )
 
 
@@ -229,7 +208,7 @@ def split(x, split_size_or_sections, axis: int = 0) -> tuple:
     """PyTorch's ``split``: pieces of ``split_size_or_sections`` entries along ``axis`` (an int:
     all that size, the last one smaller if needed), or of the given sizes (summing to the axis's
     length)."""
-    shape = _shape(x)
+    shape = shape_of(x)
     ax = _one_axis("split", axis, shape)
     n = shape[ax]
     if isinstance(split_size_or_sections, (int, np.integer)):
@@ -256,14 +235,16 @@ def chunk(x, chunks: int, axis: int = 0) -> tuple:
     ``axis`` (so possibly fewer than ``chunks`` pieces)."""
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks <= 0:
         raise ShapeError(f"chunk: chunks must be a positive int, got {chunks!r}")
-    shape = _shape(x)
+    shape = shape_of(x)
     n = shape[_one_axis("chunk", axis, shape)]
-    return split(x, max(math.ceil(n / chunks), 1) if n else 0, axis) if n else split(x, [0], axis)
+    if n == 0:  # an empty axis: that many empty pieces
+        return split(x, [0] * int(chunks), axis)
+    return split(x, math.ceil(n / chunks), axis)
 
 
 def unbind(x, axis: int = 0) -> tuple:
     """The slices of ``x`` along ``axis``, that axis removed."""
-    shape = _shape(x)
+    shape = shape_of(x)
     ax = _one_axis("unbind", axis, shape)
     return tuple(getitem(x, _along(ax, i)) for i in range(shape[ax]))
 
@@ -277,9 +258,9 @@ def meshgrid(*xs, indexing: str = "ij") -> tuple:
     if indexing not in ("ij", "xy"):
         raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for k, t in enumerate(xs):
-        if len(_shape(t)) > 1:
-            raise ShapeError(f"meshgrid: input {k} must be 0-d or 1-d, got shape {_shape(t)}")
-    sizes = [int(np.prod(_shape(t), dtype=np.int64)) for t in xs]
+        if len(shape_of(t)) > 1:
+            raise ShapeError(f"meshgrid: input {k} must be 0-d or 1-d, got shape {shape_of(t)}")
+    sizes = [int(np.prod(shape_of(t), dtype=np.int64)) for t in xs]
     where = list(range(len(xs)))
     if indexing == "xy" and len(xs) >= 2:
         where[0], where[1] = 1, 0
@@ -298,7 +279,7 @@ def unfold(x, axis: int, size: int, step: int):
     """PyTorch's ``Tensor.unfold``: the windows of ``size`` entries, ``step`` apart, along
     ``axis``; that axis becomes the window count and a last axis of ``size`` is added.
     Overlapping windows add their gradients."""
-    shape = _shape(x)
+    shape = shape_of(x)
     ax = _one_axis("unfold", axis, shape)
     n = shape[ax]
     if size < 0 or size > n:
@@ -361,7 +342,7 @@ def pad(x, pad_width, value: float = 0.0, mode: str = "constant"):
         raise ValueError(f"pad: mode must be one of {sorted(set(_MODES))}, got {mode!r}")
     if _MODES[mode] == "constant":
         return _constant_pad(x, pad_width, value)
-    shape = _shape(x)
+    shape = shape_of(x)
     try:
         pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (len(shape), 2))
     except ValueError:

@@ -62,23 +62,33 @@ def _mod_samples(rng):
     return out
 
 
-fmod = primitive(
+def _mod(name, fn, rounding, reference, doc):
+    # d/dx = 1; d/dy = -round(x / y), the rounded quotient (piecewise constant: not
+    # differentiated again)
+    return primitive(
+        name,
+        fn,
+        (lambda g, out, x, y: g, lambda g, out, x, y: -g * run(rounding, x / y)),
+        reference=reference,
+        samples=_mod_samples,
+        broadcasting=True,
+        doc=doc,
+    )
+
+
+fmod = _mod(
     "fmod",
     np.fmod,
-    (lambda g, out, x, y: g, lambda g, out, x, y: -g * run(trunc, x / y)),
-    reference=lambda x, y: x - y * np.trunc(x / y),
-    samples=_mod_samples,
-    broadcasting=True,
-    doc="x - trunc(x / y) * y: the remainder with x's sign (C's fmod).",
+    trunc,
+    lambda x, y: x - y * np.trunc(x / y),
+    "x - trunc(x / y) * y: the remainder with x's sign (C's fmod).",
 )
-remainder = primitive(
+remainder = _mod(
     "remainder",
     np.remainder,
-    (lambda g, out, x, y: g, lambda g, out, x, y: -g * run(floor, x / y)),
-    reference=lambda x, y: x - y * np.floor(x / y),
-    samples=_mod_samples,
-    broadcasting=True,
-    doc="x - floor(x / y) * y: the remainder with y's sign (Python's %).",
+    floor,
+    lambda x, y: x - y * np.floor(x / y),
+    "x - floor(x / y) * y: the remainder with y's sign (Python's %).",
 )
 
 
@@ -186,6 +196,39 @@ logical_not = primitive(
     ),
     broadcasting=True,
     doc="Elementwise not of the truth value (zero is false); bool.",
+)
+
+
+# -- exact integer arithmetic (in-place updates of integer tensors: counters, indices) -----------
+_INT_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
+def _int_arith_reference(x, y, op):
+    a = np.asarray(x).astype(object)
+    b = np.asarray(y).astype(object)
+    out = a + b if op == "add" else a - b if op == "sub" else a * b
+    return np.asarray(out, dtype=np.result_type(x, y))
+
+
+int_arith = primitive(
+    "int_arith",
+    lambda x, y, op: _INT_OPS[op](x, y),
+    None,
+    reference=_int_arith_reference,
+    samples=lambda rng: (
+        [
+            Sample((rng.integers(-50, 50, a), rng.integers(-50, 50, b)), {"op": op})
+            for a, b, op in [
+                ((2, 3), (2, 3), "add"),
+                ((2, 3), (3,), "sub"),
+                ((4, 1), (1, 2), "mul"),
+            ]
+        ]
+        + [Sample((np.array([2**40, -3]), np.array(2**20)), {"op": "mul"})]
+    ),
+    broadcasting=True,
+    doc="x + y, x - y or x * y on integers, exact (the arithmetic operators compute in the float "
+    "dtype); in-place updates of integer tensors use it. Not differentiable.",
 )
 
 

@@ -24,6 +24,7 @@ from ..backend import expand_reduced, normalize_axis
 from ..errors import DTypeError, ShapeError
 from ..kernels.scan import linear_recurrence
 from . import samples as S
+from .args import axes_of, dtype_of, one_axis, shape_of
 from .elementwise import exp
 from .registry import Sample, primitive, run
 from .shape import _concatenate, _getitem, _pad, _permute
@@ -356,28 +357,16 @@ _prod = primitive(
 
 
 # -- public functions ----------------------------------------------------------------------------
-def _shape(x) -> tuple:
-    return tuple(np.shape(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x))
-
-
-def _dtype(x):
-    d = x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
-    return np.asarray(d).dtype
 
 
 def _scan_axis(op: str, x, axis):
     """(x, axis, shape to restore or None): ``axis=None`` scans the flattened tensor (NumPy's
     default); a 0-d tensor is scanned as its one entry and keeps its shape."""
-    shape = _shape(x)
-    if isinstance(axis, (tuple, list)):
-        raise ShapeError(f"{op}: scans along one axis, got {axis}")
-    try:
-        ax = normalize_axis(axis, len(shape)) if axis is not None else ()
-    except ValueError as e:
-        raise ShapeError(f"{op}: {e} (input shape {shape})") from None
-    if axis is None or not shape:
+    shape = shape_of(x)
+    ax = None if axis is None else one_axis(op, axis, shape)
+    if ax is None:
         return x.reshape((-1,)), 0, (shape if not shape else None)
-    return x, ax[0], None
+    return x, ax, None
 
 
 def _restore(y, restore):
@@ -398,8 +387,8 @@ def cumprod(x, axis=None):
 
 def logcumsumexp(x, axis=None):
     """``log(cumsum(exp(x)))`` along ``axis``, stable for any magnitudes (float input)."""
-    if _dtype(x).kind != "f":
-        raise DTypeError(f"logcumsumexp: needs a float tensor, got dtype {_dtype(x)}")
+    if dtype_of(x).kind != "f":
+        raise DTypeError(f"logcumsumexp: needs a float tensor, got dtype {dtype_of(x)}")
     x, ax, restore = _scan_axis("logcumsumexp", x, axis)
     return _restore(_logcumsumexp(x, axis=ax), restore)
 
@@ -407,8 +396,8 @@ def logcumsumexp(x, axis=None):
 def _cum_extreme(op, largest, x, axis):
     from .indexing import gather  # gather builds on the index primitives
 
-    if _dtype(x).kind not in "fiub":
-        raise DTypeError(f"{op}: needs a numeric tensor, got dtype {_dtype(x)}")
+    if dtype_of(x).kind not in "fiub":
+        raise DTypeError(f"{op}: needs a numeric tensor, got dtype {dtype_of(x)}")
     x, ax, restore = _scan_axis(op, x, axis)
     idx = _cum_extreme_index(x, axis=ax, largest=largest)
     return ValuesIndices(_restore(gather(x, ax, idx), restore), _restore(idx, restore))
@@ -428,9 +417,4 @@ def cummin(x, axis):
 
 def prod(x, axis=None, keepdims: bool = False):
     """The product over ``axis`` (None: every entry); the gradient is exact with zeros."""
-    shape = _shape(x)
-    try:
-        axes = normalize_axis(axis, len(shape))
-    except ValueError as e:
-        raise ShapeError(f"prod: {e} (input shape {shape})") from None
-    return _prod(x, axis=axes, keepdims=bool(keepdims))
+    return _prod(x, axis=axes_of("prod", axis, shape_of(x)), keepdims=bool(keepdims))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import normalize_axis
 from ..errors import DTypeError, ShapeError
 from . import samples as S
+from .args import dtype_of, one_axis, shape_of
 from .registry import Sample, primitive
 from .scan import ValuesIndices, _into
 
@@ -65,25 +65,11 @@ _argsort = primitive(
 )
 
 
-def _shape(x) -> tuple:
-    return tuple(np.shape(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x))
-
-
-def _dtype(x):
-    return np.asarray(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x).dtype
-
-
 def _sort_axis(op: str, x, axis) -> int:
-    shape = _shape(x)
-    if _dtype(x).kind not in "fiub":
-        raise DTypeError(f"{op}: needs a numeric tensor, got dtype {_dtype(x)}")
-    if isinstance(axis, (tuple, list)):
-        raise ShapeError(f"{op}: sorts along one axis, got {axis}")
-    try:
-        axes = normalize_axis(axis, len(shape))
-    except ValueError as e:
-        raise ShapeError(f"{op}: {e} (input shape {shape})") from None
-    return axes[0] if axes else -1  # -1: a 0-d tensor, its one entry
+    if dtype_of(x).kind not in "fiub":
+        raise DTypeError(f"{op}: needs a numeric tensor, got dtype {dtype_of(x)}")
+    ax = one_axis(op, axis, shape_of(x))
+    return -1 if ax is None else ax  # -1: a 0-d tensor, its one entry
 
 
 def argsort(x, axis: int = -1, descending: bool = False):
@@ -113,10 +99,10 @@ def topk(x, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -
     from .indexing import gather
 
     ax = _sort_axis("topk", x, axis)
-    n = _shape(x)[ax] if ax >= 0 else 1
+    n = shape_of(x)[ax] if ax >= 0 else 1
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
         raise ShapeError(
-            f"topk: k={k} is out of range for axis {axis} of size {n} (input shape {_shape(x)})"
+            f"topk: k={k} is out of range for axis {axis} of size {n} (input shape {shape_of(x)})"
         )
     if ax < 0:  # a 0-d tensor: its one entry (k is 0 or 1)
         v, i = topk(x.reshape((1,)), k, 0, largest)
