@@ -16,8 +16,6 @@ each operation is differentiable to any order:
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from ..backend import expand_reduced, normalize_axis
@@ -30,11 +28,25 @@ from .registry import Sample, primitive, run
 from .shape import _concatenate, _getitem, _pad, _permute
 
 
-class ValuesIndices(NamedTuple):
-    """What ``sort``, ``topk``, ``cummax`` and ``cummin`` return: values and their indices."""
+class ValuesIndices(tuple):
+    """What ``sort``, ``topk``, ``cummax`` and ``cummin`` return: ``(values, indices)``, also
+    as ``.values`` and ``.indices``. Built from two items or from one iterable of two (as
+    compiled functions rebuild the tuples they return)."""
 
-    values: object
-    indices: object
+    __slots__ = ()
+
+    def __new__(cls, *items):
+        if len(items) == 1:
+            items = tuple(items[0])
+        if len(items) != 2:
+            raise TypeError(f"ValuesIndices holds values and indices, got {len(items)} items")
+        return super().__new__(cls, items)
+
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
+
+    def __repr__(self) -> str:
+        return f"ValuesIndices(values={self[0]!r}, indices={self[1]!r})"
 
 
 def _into(out, result: np.ndarray) -> np.ndarray:

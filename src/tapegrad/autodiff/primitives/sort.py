@@ -65,6 +65,61 @@ _argsort = primitive(
 )
 
 
+def _topk_fwd(x, k, axis, largest, out=None):
+    xm = np.moveaxis(x, axis, -1)
+    n = xm.shape[-1]
+    rows = xm.reshape(-1, n)
+    if k == 0:
+        idx = np.zeros((rows.shape[0], 0), np.int64)
+    elif 2 * k >= n or not rows.size or (x.dtype.kind == "f" and np.isnan(rows).any()):
+        idx = _argsort_fwd(rows, 1, largest)[:, :k]  # few to skip, or NaN: sort everything
+    else:
+        # the k-th value by partition (linear time), then the entries beyond it and, of the
+        # entries equal to it, the earliest ones; only those k are sorted (stably)
+        at = n - k if largest else k - 1
+        kth = np.partition(rows, at, axis=1)[:, at : at + 1]
+        beyond = rows > kth if largest else rows < kth
+        tie = rows == kth
+        chosen = beyond | tie
+        crowded = np.nonzero(chosen.sum(1) > k)[0]  # rows with more ties than places
+        if crowded.size:
+            t, b = tie[crowded], beyond[crowded]
+            chosen[crowded] = b | (t & (np.cumsum(t, axis=1) <= k - b.sum(1, keepdims=True)))
+        cols = np.nonzero(chosen)[1].reshape(-1, k)  # each row's k, in index order
+        order = _argsort_fwd(np.take_along_axis(rows, cols, 1), 1, largest)
+        idx = np.take_along_axis(cols, order, 1).astype(np.int64, copy=False)
+    return _into(out, np.moveaxis(idx.reshape(xm.shape[:-1] + (k,)), -1, axis))
+
+
+def _topk_samples(rng):
+    ties = np.array([[2.0, 1.0, 2.0, 0.5, 1.0, 3.0, 2.0, 0.0], [5.0] * 8])
+    return [
+        Sample((S.distinct(rng, (3, 4, 9)),), {"k": 2, "axis": 2, "largest": True}),
+        Sample((S.distinct(rng, (3, 9, 2)),), {"k": 3, "axis": 1, "largest": False}),
+        Sample((S.distinct(rng, (6,)),), {"k": 6, "axis": 0, "largest": True}),
+        Sample((ties,), {"k": 3, "axis": 1, "largest": True}),
+        Sample((ties,), {"k": 2, "axis": 1, "largest": False}),
+        Sample(
+            (np.array([1.0, np.nan, 3.0, 2.0, 0.0, 7.0]),), {"k": 2, "axis": 0, "largest": True}
+        ),
+        Sample((S.values(rng, (2, 5)),), {"k": 0, "axis": 1, "largest": True}),
+    ]
+
+
+_topk_indices = primitive(
+    "topk_indices",
+    _topk_fwd,
+    None,
+    reference=lambda x, k, axis, largest: np.moveaxis(
+        np.moveaxis(_argsort_reference(x, axis, largest), axis, -1)[..., :k], -1, axis
+    ),
+    samples=_topk_samples,
+    doc="Where the k largest (smallest) entries along axis are, in sorted order: the first k of "
+    "the stable sort (ties to the earlier entry, NaN largest), found by partition when k is "
+    "small (int64, not differentiable).",
+)
+
+
 def _sort_axis(op: str, x, axis) -> int:
     if dtype_of(x).kind not in "fiub":
         raise DTypeError(f"{op}: needs a numeric tensor, got dtype {dtype_of(x)}")
@@ -107,6 +162,5 @@ def topk(x, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -
     if ax < 0:  # a 0-d tensor: its one entry (k is 0 or 1)
         v, i = topk(x.reshape((1,)), k, 0, largest)
         return ValuesIndices(v.reshape(()), i.reshape(())) if k else ValuesIndices(v, i)
-    idx = _argsort(x, axis=ax, descending=bool(largest))
-    idx = idx[(slice(None),) * ax + (slice(0, int(k)),)]
+    idx = _topk_indices(x, k=int(k), axis=ax, largest=bool(largest))
     return ValuesIndices(gather(x, ax, idx), idx)
