@@ -308,6 +308,8 @@ def test_updates_without_earlier_users_skip_the_garbage_collector_scan(monkeypat
         out[t] = h
     s = out * 1.0
     s.add_(1.0).mul_(2.0)
+    s += 1.0
+    s *= 0.5
     p = tg.tensor(np.ones(3), requires_grad=True)
     with tg.no_grad():
         p.sub_(0.5)
@@ -317,3 +319,33 @@ def test_updates_without_earlier_users_skip_the_garbage_collector_scan(monkeypat
     assert scans
     (user.sum() + s.sum()).backward()
     assert np.isfinite(w.grad).all()
+
+
+def test_augmented_assignment_updates_in_place_like_torch():
+    """``w -= lr * w.grad`` under no_grad: the classic hand-written SGD step."""
+    x0, y0 = RNG.standard_normal((8, 3)), RNG.standard_normal(8)
+    w, tw = tg.tensor(np.zeros(3), requires_grad=True), torch.zeros(3, dtype=torch.float64,
+                                                                   requires_grad=True)  # fmt: skip
+    params = w
+    for _ in range(5):
+        loss = ((tg.tensor(x0) @ w - tg.tensor(y0)) ** 2).mean()
+        loss.backward()
+        with tg.no_grad():
+            w -= 0.1 * w.grad
+        w.grad = None
+        tloss = ((torch.tensor(x0) @ tw - torch.tensor(y0)) ** 2).mean()
+        tloss.backward()
+        with torch.no_grad():
+            tw -= 0.1 * tw.grad
+        tw.grad = None
+    assert w is params and w.is_leaf and w.requires_grad
+    np.testing.assert_allclose(w.data, tw.detach().numpy(), rtol=1e-12)
+    with pytest.raises(tg.GraphError, match="a leaf tensor that requires grad"):
+        w += 1.0
+    h = w * 2.0
+    alias = h
+    h *= h  # recorded: h is the new node, and every name for it sees the change
+    h /= 2.0
+    h.sum().backward()
+    assert alias is h
+    np.testing.assert_allclose(w.grad, 4.0 * w.data, rtol=1e-14)  # d/dw of (2w)^2 / 2

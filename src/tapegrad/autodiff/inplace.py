@@ -57,6 +57,8 @@ def _calibrate(path: str) -> int:
     try:
         if path == "setitem":
             d[0] = 0.0
+        elif path == "augmented":
+            d += 0.0
         else:
             d.zero_()
     finally:
@@ -217,12 +219,13 @@ def setitem(x: Tensor, index, value) -> None:
     _index_put_inplace(x, value, *arrays, template=template)
 
 
-def inplace(x: Tensor, what: str, compute) -> Tensor:
+def inplace(x: Tensor, what: str, compute, path: str = "method") -> Tensor:
     """Replace ``x``'s values by ``compute(x)`` (a Tensor, or a plain value broadcast to
-    ``x``'s shape), recorded or in place; returns ``x``."""
+    ``x``'s shape), recorded or in place; returns ``x``. ``path``: how the caller got here
+    (a method call, or ``x += y``), for the quick reference count."""
     refcount = sys.getrefcount(x)
-    if _Probe.active == "method":
-        _Probe.base["method"] = refcount
+    if _Probe.active == path:
+        _Probe.base[path] = refcount
         return x
     grad = is_grad_enabled()
     if grad and x.requires_grad and x._node is None:
@@ -252,7 +255,7 @@ def inplace(x: Tensor, what: str, compute) -> Tensor:
     if recorded:
         _outside_check(x, what)
         if before is not x:
-            _reroute(x, before, refcount, "method")
+            _reroute(x, before, refcount, path)
         if not isinstance(value, Tensor):
             value = Tensor(np.broadcast_to(np.asarray(value, x.dtype), x.shape).copy())
         elif value.shape != x.shape or value is before:
@@ -296,20 +299,20 @@ def _arith(op: str, t, other, alpha=1):
     return {"add": lambda: t + other, "sub": lambda: t - other, "mul": lambda: t * other}[op]()
 
 
-def add_(x: Tensor, other, alpha=1) -> Tensor:
-    return inplace(x, "add_", lambda t: _arith("add", t, other, alpha))
+def add_(x: Tensor, other, alpha=1, path: str = "method") -> Tensor:
+    return inplace(x, "add_", lambda t: _arith("add", t, other, alpha), path)
 
 
-def sub_(x: Tensor, other, alpha=1) -> Tensor:
-    return inplace(x, "sub_", lambda t: _arith("sub", t, other, alpha))
+def sub_(x: Tensor, other, alpha=1, path: str = "method") -> Tensor:
+    return inplace(x, "sub_", lambda t: _arith("sub", t, other, alpha), path)
 
 
-def mul_(x: Tensor, other) -> Tensor:
-    return inplace(x, "mul_", lambda t: _arith("mul", t, other))
+def mul_(x: Tensor, other, path: str = "method") -> Tensor:
+    return inplace(x, "mul_", lambda t: _arith("mul", t, other), path)
 
 
-def div_(x: Tensor, other) -> Tensor:
-    return inplace(x, "div_", lambda t: t / other)
+def div_(x: Tensor, other, path: str = "method") -> Tensor:
+    return inplace(x, "div_", lambda t: t / other, path)
 
 
 def zero_(x: Tensor) -> Tensor:

@@ -698,6 +698,27 @@ class Tensor:
 
     clip_ = clamp_
 
+    # x += y and the like change x as add_ does (PyTorch's meaning; NumPy's too for arrays)
+    def __iadd__(self, o):
+        from . import inplace
+
+        return inplace.add_(self, o, path="augmented")
+
+    def __isub__(self, o):
+        from . import inplace
+
+        return inplace.sub_(self, o, path="augmented")
+
+    def __imul__(self, o):
+        from . import inplace
+
+        return inplace.mul_(self, o, path="augmented")
+
+    def __itruediv__(self, o):
+        from . import inplace
+
+        return inplace.div_(self, o, path="augmented")
+
     # -- devices and dtypes, PyTorch's way ----------------------------------------------------
     @property
     def device(self) -> str:
