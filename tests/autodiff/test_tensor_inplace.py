@@ -349,3 +349,23 @@ def test_augmented_assignment_updates_in_place_like_torch():
     h.sum().backward()
     assert alias is h
     np.testing.assert_allclose(w.grad, 4.0 * w.data, rtol=1e-14)  # d/dw of (2w)^2 / 2
+
+
+def test_compiled_fill_of_a_recorded_tensor_equals_eager():
+    from ops_vs_torch import assert_compiled_equals_eager
+
+    w = tg.tensor(np.ones(3, np.float32), requires_grad=True)
+
+    def step(x):
+        h = tg.tensor(x) * w
+        g = h * 1.0
+        g.zero_()  # a constant now: no gradient flows through g
+        g.add_(h)
+        g.fill_(2.0)
+        loss = (g * h).sum() + (h * h).sum()
+        w.grad = None
+        loss.backward()
+        return loss, g
+
+    calls = [(RNG.standard_normal(3).astype(np.float32),) for _ in range(3)]
+    assert_compiled_equals_eager(step, [w], calls)

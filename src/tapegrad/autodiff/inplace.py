@@ -141,7 +141,12 @@ def _rebind(x: Tensor, new: Tensor) -> None:
     """Make ``x`` the tensor ``new`` is (its array and node); a trace maps ``x`` to it too."""
     trace = _TRACING.active
     if trace is not None:
-        trace.var_of[id(x)] = trace.var_of[id(new)]
+        v = trace.var_of.get(id(new))
+        if v is not None:
+            trace.var_of[id(x)] = v
+        else:  # a constant (x.zero_() on a tensor with a graph): x is a constant now
+            trace.var_of.pop(id(x), None)
+            trace.made_inside.add(id(x))
     x.data, x._node, x.requires_grad = new.data, new._node, new.requires_grad
     x._grad_t = None
 
