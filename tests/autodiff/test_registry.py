@@ -64,7 +64,9 @@ def test_compiled_equals_eager(name, i, dtype):
     prim = REGISTRY[name]
     sample = _samples(prim)[i]
     args = [
-        a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+        np.asarray(a).astype(dtype)
+        if isinstance(a, (np.ndarray, np.floating)) and np.asarray(a).dtype.kind == "f"
+        else a
         for a in sample.args
     ]
     diff = _diff_inputs(prim, sample) if prim.differentiable else []
@@ -91,7 +93,7 @@ def test_compiled_equals_eager(name, i, dtype):
         values = [np.array(o.data, copy=True) for o in outs]
         return values, [None if p.grad is None else p.grad.copy() for p in params.values()]
 
-    eager = run(step, tg.tensor)
+    eager = run(step, lambda a: tg.tensor(np.array(a, copy=True)))  # effects write the copy
     compiled = tg.compile(step)
     for _ in range(3):  # the trace, then replays of the plan
         got = run(compiled, lambda a: np.array(a, copy=True))

@@ -234,6 +234,8 @@ def apply(prim, *args, **attrs):
     trace = _TRACING.active
     if trace is not None:
         trace.record_eq(prim, args, arrays, attrs, (result,), aux, packed)
+        if prim.effect:
+            trace.resnapshot()  # a recorded change (tg.assign): replays repeat it
     return result
 
 

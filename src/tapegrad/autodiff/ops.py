@@ -96,4 +96,56 @@ pow = power  # noqa: A001
 round = round_  # noqa: A001  (round_ in the primitives' module: round is a builtin there)
 asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
 
+# issue 14: scans, sorting, index and movement operations, einsum, more elementwise operations
+from .primitives.einsum import einsum  # noqa: E402, F401
+from .primitives.indexing import (  # noqa: E402, F401
+    gather,
+    index_add,
+    index_get,
+    index_put,
+    index_select,
+    masked_fill,
+    masked_select,
+    nonzero,
+    scatter,
+    scatter_add,
+    scatter_reduce,
+    take,
+)
+from .primitives.movement import (  # noqa: E402, F401
+    cat,
+    chunk,
+    diag,
+    diagonal,
+    flip,
+    meshgrid,
+    pad,  # noqa: F811  (the constant pad, plus reflect/replicate/circular modes)
+    repeat_interleave,
+    roll,
+    split,
+    tile,
+    tril,
+    triu,
+    unbind,
+)
+from .primitives.pointwise import (  # noqa: E402, F401
+    copysign,
+    fmod,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
+    lerp,
+    logaddexp,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    remainder,
+)
+from .primitives.scan import cummax, cummin, cumprod, cumsum, logcumsumexp, prod  # noqa: E402, F401
+from .primitives.sort import argsort, sort, topk  # noqa: E402, F401
+
+concat = cat  # PyTorch's other name
+
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n != "annotations")

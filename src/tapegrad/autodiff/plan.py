@@ -561,7 +561,7 @@ class Plan:
         self._check_constants(trace)
         events = _live_events(trace, self.out_spec)
         self.eqs = [e for e in events if isinstance(e, Eq)]
-        root, dies = _lifetimes(trace, events, self.out_spec)
+        root, views, dies = _lifetimes(trace, events, self.out_spec)
         self.vals: dict[int, np.ndarray] = dict(zip(trace.inputs, self.input_vals))
         self.leaf_grads: dict[int, np.ndarray] = self._reduction_buffers(events)
         direct = self._direct_sinks(trace, events, root)
@@ -572,7 +572,13 @@ class Plan:
         for i, e in enumerate(events):
             if isinstance(e, Eq):
                 ins = [self._array(r) for r in e.ins]
-                if root[e.outs[0]] != e.outs[0]:  # a view of an input: taken once, here
+                k = views.get(e.outs[0])
+                if k is not None and e.prim.effect:  # it writes into that input (tg.assign)
+                    self.vals[e.outs[0]] = ins[k]
+                    program.append(functools.partial(e.prim.forward, *ins, **e.attrs))
+                    self._release(dies, i, pool, blocks)
+                    continue
+                if k is not None:  # a view of an input: taken once, here
                     view = e.prim.forward(*ins, **e.attrs)
                     if _view_source(view, ins) is not None:
                         self.vals[e.outs[0]] = view
@@ -793,11 +799,13 @@ def _live_events(trace: Trace, out_spec) -> list:
     return live
 
 
-def _lifetimes(trace: Trace, events: list, out_spec) -> tuple[dict, dict]:
+def _lifetimes(trace: Trace, events: list, out_spec) -> tuple[dict, dict, dict]:
     """``root[v]``: the value whose buffer ``v`` lives in (itself, the base it is a view of,
-    or None for a view of a parameter or constant); ``dies[i]``: the roots whose last reader is
+    or None for a view of a parameter or constant); ``views[v]``: for a value that is a view
+    of its equation's input, that input's position; ``dies[i]``: the roots whose last reader is
     event ``i`` (their buffers go back to the pool after it). Plan inputs and outputs never die."""
     root: dict[int, int | None] = {v: v for v in trace.inputs}
+    views: dict[int, int] = {}
     last: dict[int, int] = {}
     for i, e in enumerate(events):
         reads = []
@@ -815,6 +823,7 @@ def _lifetimes(trace: Trace, events: list, out_spec) -> tuple[dict, dict]:
                     del last[e.outs[0]]
                     kind, p = e.ins[k]
                     root[e.outs[0]] = root[p] if kind == VAR else None
+                    views[e.outs[0]] = k
         elif isinstance(e, Sink) and e.grad[0] == VAR:
             reads = [e.grad[1]]
         elif isinstance(e, Reduce):
@@ -827,7 +836,7 @@ def _lifetimes(trace: Trace, events: list, out_spec) -> tuple[dict, dict]:
     for r, i in last.items():
         if r not in keep:
             dies.setdefault(i, []).append(r)
-    return root, dies
+    return root, views, dies
 
 
 def _spec_vars(spec):

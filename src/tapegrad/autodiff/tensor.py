@@ -8,6 +8,7 @@ arrays take the dtype of the float operands; float operands of different precisi
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -84,7 +85,7 @@ class Tensor:
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)
     ndim = property(lambda self: self.data.ndim)
-    size = property(lambda self: self.data.size)
+    size = property(lambda self: _Size(self.data.size, self.data.shape))
     is_leaf = property(lambda self: self._node is None)
 
     def __len__(self) -> int:
@@ -451,12 +452,397 @@ class Tensor:
     def astype(self, dtype):
         return astype(self, dtype)
 
+    # -- issue 14: more operations as methods, in PyTorch's forms (dim= beside axis=) ----------
+    def cumsum(self, axis=None, *, dim=None):
+        return _ops.cumsum(self, _axis_args("cumsum", axis, False, dim, None)[0])
+
+    def cumprod(self, axis=None, *, dim=None):
+        return _ops.cumprod(self, _axis_args("cumprod", axis, False, dim, None)[0])
+
+    def logcumsumexp(self, axis=None, *, dim=None):
+        return _ops.logcumsumexp(self, _axis_args("logcumsumexp", axis, False, dim, None)[0])
+
+    def cummax(self, axis=None, *, dim=None):
+        return _ops.cummax(self, _axis_args("cummax", axis, False, dim, None)[0])
+
+    def cummin(self, axis=None, *, dim=None):
+        return _ops.cummin(self, _axis_args("cummin", axis, False, dim, None)[0])
+
+    def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return _ops.prod(self, *_axis_args("prod", axis, keepdims, dim, keepdim))
+
+    def sort(self, axis=-1, descending=False, *, dim=None):
+        return _ops.sort(self, _axis_args("sort", axis, False, dim, None, -1)[0], descending)
+
+    def argsort(self, axis=-1, descending=False, *, dim=None):
+        return _ops.argsort(self, _axis_args("argsort", axis, False, dim, None, -1)[0], descending)
+
+    def topk(self, k, axis=-1, largest=True, sorted=True, *, dim=None):  # noqa: A002
+        axis = _axis_args("topk", axis, False, dim, None, -1)[0]
+        return _ops.topk(self, k, axis, largest, sorted)
+
+    def flip(self, *axes, dims=None, axis=None):
+        """``x.flip(0)``, ``x.flip(0, 1)``, ``x.flip((0, 1))`` or ``x.flip(dims=...)``."""
+        given = [a for a in (axes or None, dims, axis) if a is not None]
+        if len(given) > 1:
+            raise TypeError("flip: give the axes once (positionally, dims= or axis=)")
+        chosen = given[0] if given else None
+        if isinstance(chosen, tuple) and len(chosen) == 1 and isinstance(chosen[0], (tuple, list)):
+            chosen = chosen[0]
+        return _ops.flip(self, chosen)
+
+    def roll(self, shifts, dims=None, *, axis=None):
+        if dims is not None and axis is not None:
+            raise TypeError("roll: give dims or axis, not both")
+        return _ops.roll(self, shifts, dims if dims is not None else axis)
+
+    def repeat(self, *sizes):
+        """PyTorch's ``repeat``: tiled ``sizes[i]`` times along axis i (not NumPy's repeat,
+        which is :meth:`repeat_interleave`)."""
+        from .primitives.movement import repeat
+
+        return repeat(self, *sizes)
+
+    def tile(self, *reps):
+        return _ops.tile(self, reps[0] if len(reps) == 1 else reps)
+
+    def repeat_interleave(self, repeats, axis=None, *, dim=None):
+        return _ops.repeat_interleave(
+            self, repeats, _axis_args("repeat_interleave", axis, False, dim, None)[0]
+        )
+
+    def tril(self, diagonal=0):
+        return _ops.tril(self, diagonal)
+
+    def triu(self, diagonal=0):
+        return _ops.triu(self, diagonal)
+
+    def diag(self, diagonal=0):
+        return _ops.diag(self, diagonal)
+
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        return _ops.diagonal(self, offset, dim1, dim2)
+
+    def split(self, split_size, axis=0, *, dim=None):
+        """PyTorch's ``split``: pieces of ``split_size`` entries (or of the listed sizes)."""
+        return _ops.split(self, split_size, _axis_args("split", axis, False, dim, None, 0)[0])
+
+    def chunk(self, chunks, axis=0, *, dim=None):
+        return _ops.chunk(self, chunks, _axis_args("chunk", axis, False, dim, None, 0)[0])
+
+    def unbind(self, axis=0, *, dim=None):
+        return _ops.unbind(self, _axis_args("unbind", axis, False, dim, None, 0)[0])
+
+    def unfold(self, dimension, size, step):
+        """The windows of ``size`` entries, ``step`` apart, along ``dimension`` (a new last
+        axis holds each window)."""
+        from .primitives.movement import unfold
+
+        return unfold(self, dimension, size, step)
+
+    def gather(self, axis, index):
+        return _ops.gather(self, axis, index)
+
+    def scatter(self, axis, index, src=None, *, value=None):
+        if (src is None) == (value is None):
+            raise TypeError("scatter: give src or value (one of them)")
+        return _ops.scatter(self, axis, index, src if value is None else value)
+
+    def scatter_add(self, axis, index, src):
+        return _ops.scatter_add(self, axis, index, src)
+
+    def scatter_reduce(self, axis, index, src, reduce, *, include_self=True):
+        return _ops.scatter_reduce(self, axis, index, src, reduce, include_self)
+
+    def index_select(self, axis, index):
+        return _ops.index_select(self, axis, index)
+
+    def index_add(self, axis, index, source, *, alpha=1):
+        return _ops.index_add(self, axis, index, source, alpha)
+
+    def index_put(self, indices, values, accumulate=False):
+        return _ops.index_put(self, indices, values, accumulate)
+
+    def take(self, index):
+        """The entries ``index`` of the flattened tensor (PyTorch's ``take``)."""
+        return _ops.take(self, index)
+
+    def masked_fill(self, mask, value):
+        return _ops.masked_fill(self, mask, value)
+
+    def masked_select(self, mask):
+        return _ops.masked_select(self, mask)
+
+    def nonzero(self, *, as_tuple=False):
+        return _ops.nonzero(self, as_tuple=as_tuple)
+
+    def lerp(self, end, weight):
+        return _ops.lerp(self, end, weight)
+
+    def copysign(self, other):
+        return _ops.copysign(self, other)
+
+    def fmod(self, other):
+        return _ops.fmod(self, other)
+
+    def remainder(self, other):
+        return _ops.remainder(self, other)
+
+    def __mod__(self, o):
+        return _ops.remainder(self, o)
+
+    def __rmod__(self, o):
+        return _ops.remainder(o, self)
+
+    def logaddexp(self, other):
+        return _ops.logaddexp(self, other)
+
+    def isnan(self):
+        return _ops.isnan(self)
+
+    def isinf(self):
+        return _ops.isinf(self)
+
+    def isfinite(self):
+        return _ops.isfinite(self)
+
+    def isclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
+        return _ops.isclose(self, other, rtol, atol, equal_nan)
+
+    def logical_and(self, other):
+        return _ops.logical_and(self, other)
+
+    def logical_or(self, other):
+        return _ops.logical_or(self, other)
+
+    def logical_xor(self, other):
+        return _ops.logical_xor(self, other)
+
+    def logical_not(self):
+        return _ops.logical_not(self)
+
+    # & | ^ ~ on bool tensors (masks): the logical operations
+    def __and__(self, o):
+        return _ops.logical_and(*_bool_operands("&", self, o))
+
+    def __rand__(self, o):
+        return _ops.logical_and(*_bool_operands("&", o, self))
+
+    def __or__(self, o):
+        return _ops.logical_or(*_bool_operands("|", self, o))
+
+    def __ror__(self, o):
+        return _ops.logical_or(*_bool_operands("|", o, self))
+
+    def __xor__(self, o):
+        return _ops.logical_xor(*_bool_operands("^", self, o))
+
+    def __rxor__(self, o):
+        return _ops.logical_xor(*_bool_operands("^", o, self))
+
+    def __invert__(self):
+        return _ops.logical_not(*_bool_operands("~", self))
+
+    def clamp(self, min=None, max=None):  # noqa: A002 - PyTorch's names
+        return clip(self, min, max)
+
+    def clone(self):
+        """A copy with its own array, recorded (the gradient flows back to this tensor)."""
+        return astype(self, self.data.dtype)
+
+    # -- x[index] = value and in-place methods (see autodiff/inplace.py for the rules) ---------
+    def __setitem__(self, index, value):
+        from .inplace import setitem
+
+        setitem(self, index, value)
+
+    def add_(self, other, *, alpha=1):
+        from . import inplace
+
+        return inplace.add_(self, other, alpha)
+
+    def sub_(self, other, *, alpha=1):
+        from . import inplace
+
+        return inplace.sub_(self, other, alpha)
+
+    def mul_(self, other):
+        from . import inplace
+
+        return inplace.mul_(self, other)
+
+    def div_(self, other):
+        from . import inplace
+
+        return inplace.div_(self, other)
+
+    def zero_(self):
+        from . import inplace
+
+        return inplace.zero_(self)
+
+    def fill_(self, value):
+        from . import inplace
+
+        return inplace.fill_(self, value)
+
+    def copy_(self, src):
+        from . import inplace
+
+        return inplace.copy_(self, src)
+
+    def clamp_(self, min=None, max=None):  # noqa: A002 - PyTorch's names
+        from . import inplace
+
+        return inplace.clamp_(self, min, max)
+
+    clip_ = clamp_
+
+    # x += y and the like change x as add_ does (PyTorch's meaning; NumPy's too for arrays)
+    def __iadd__(self, o):
+        from . import inplace
+
+        return inplace.add_(self, o, path="augmented")
+
+    def __isub__(self, o):
+        from . import inplace
+
+        return inplace.sub_(self, o, path="augmented")
+
+    def __imul__(self, o):
+        from . import inplace
+
+        return inplace.mul_(self, o, path="augmented")
+
+    def __itruediv__(self, o):
+        from . import inplace
+
+        return inplace.div_(self, o, path="augmented")
+
+    # -- devices and dtypes, PyTorch's way ----------------------------------------------------
+    @property
+    def device(self) -> str:
+        """Where the values live: ``"cpu"`` (the only device in this build)."""
+        return "cpu"
+
+    def to(self, *args, **kwargs):
+        """PyTorch's ``to``: a dtype converts (``x.to(np.float64)``, ``x.to("float64")``,
+        ``x.to(other_tensor)``: differentiable); a device name (``"cpu"``) is never read as a
+        dtype: ``"cpu"`` keeps the tensor, any other device raises (no CUDA backend here)."""
+        dtype = _to_args(args, kwargs)
+        if dtype is None or dtype == self.data.dtype:
+            return self
+        return astype(self, dtype)
+
+    def cpu(self):
+        return self
+
+    def cuda(self, *args, **kwargs):
+        raise RuntimeError(_NO_DEVICE.format(device="cuda"))
+
+    def float(self):
+        return self.to(np.float32)
+
+    def double(self):
+        return self.to(np.float64)
+
+    def half(self):
+        return self.to(np.float16)
+
+    def long(self):
+        return self.to(np.int64)
+
+    def int(self):
+        return self.to(np.int32)
+
+    def bool(self):
+        return self.to(np.bool_)
+
 
 class MaxMin(NamedTuple):
     """``t.max(dim=d)`` / ``t.min(dim=d)``: the values and where they are."""
 
     values: Tensor
     indices: Tensor
+
+
+class _Size(int):
+    """``t.size``: the element count, an int (NumPy's ``size``, which code relies on), that is
+    also callable as PyTorch's ``size()`` (the shape) and ``size(d)`` (the length of axis d)."""
+
+    def __new__(cls, count: int, shape: tuple = ()):
+        obj = super().__new__(cls, count)
+        obj.shape = tuple(shape)
+        return obj
+
+    def __call__(self, dim=None):
+        if dim is None:
+            return self.shape
+        n = len(self.shape)
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"size: the axis must be an int, got {dim!r}")
+        if not -n <= dim < n:
+            raise IndexError(f"size: axis {dim} is out of range for a tensor of {n} axes")
+        return self.shape[dim]
+
+    def __reduce__(self):  # pickles (and copies) as the plain int
+        return (int, (int(self),))
+
+
+def _bool_operands(op: str, *xs) -> tuple:
+    for x in xs:
+        d = x.data if isinstance(x, Tensor) else np.asarray(x)
+        if d.dtype != np.bool_:
+            raise TypeError(
+                f"{op} on tensors is the logical operation on bool tensors (masks); got dtype "
+                f"{d.dtype}. Compare to make a mask (x > 0), or use tg.logical_and/or/xor/not"
+            )
+    return xs
+
+
+_DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|xla|meta|hip|hpu|ipu|mtia|vulkan|lazy)(:\d+)?$")
+_DTYPE_NAMES = {
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64",
+}  # fmt: skip
+_NO_DEVICE = (
+    "to({device!r}): this build of tapegrad has no CUDA or other accelerator backend (it "
+    "computes on the CPU); use 'cpu', or leave the device out"
+)
+
+
+def _to_args(args, kwargs):
+    """The dtype that ``Tensor.to(...)`` asks for (None: keep it), after checking devices."""
+    unknown = set(kwargs) - {"dtype", "device", "non_blocking", "copy"}
+    if unknown:
+        raise TypeError(f"to: unexpected keyword arguments {sorted(unknown)}")
+    dtype = None
+    for a in list(args) + [kwargs.get("device"), kwargs.get("dtype")]:
+        if a is None:
+            continue
+        if isinstance(a, Tensor):
+            dtype = a.data.dtype
+            continue
+        if type(a).__name__ == "device":  # a device object from another library
+            a = str(a)
+        if isinstance(a, str):
+            if _DEVICE.match(a):
+                if not a.startswith("cpu"):
+                    raise RuntimeError(_NO_DEVICE.format(device=a))
+                continue
+            if a not in _DTYPE_NAMES:
+                raise ValueError(
+                    f"to: {a!r} is neither a device ('cpu') nor a dtype name "
+                    f"({', '.join(sorted(_DTYPE_NAMES))})"
+                )
+        try:
+            d = np.dtype(a)
+        except TypeError:
+            raise TypeError(f"to: cannot read {a!r} as a dtype or a device") from None
+        if d.kind not in "biuf":
+            raise TypeError(f"to: {a!r} is not a numeric dtype")
+        dtype = d
+    return dtype
 
 
 def _axis_args(op, axis, keepdims, dim, keepdim, default=None):
@@ -477,6 +863,7 @@ def _shape_arg(shape) -> tuple:
 
 
 # The operations the methods above delegate to; imported last because they import Tensor.
+from . import ops as _ops  # noqa: E402  (issue 14's operations, for the methods above)
 from .ops import (  # noqa: E402
     absolute,
     add,

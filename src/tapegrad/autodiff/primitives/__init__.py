@@ -1,4 +1,19 @@
 """Importing this package registers every primitive family in ``registry.REGISTRY``."""
 
-from . import elementwise, fused, linalg, nn, recurrent, reduce, shape, update  # noqa: F401
+from . import (  # noqa: F401
+    einsum,
+    elementwise,
+    fused,
+    indexing,
+    linalg,
+    movement,
+    nn,
+    pointwise,
+    recurrent,
+    reduce,
+    scan,
+    shape,
+    sort,
+    update,
+)
 from .registry import REGISTRY, Primitive, Sample, primitive, register  # noqa: F401

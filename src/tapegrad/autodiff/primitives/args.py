@@ -1,0 +1,38 @@
+"""What the public wrappers of the operations read of their arguments (Tensors, ndarrays or
+numbers) before recording: values, shapes and dtypes, without making a graph."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import normalize_axis
+from ..errors import ShapeError
+
+
+def plain(x):
+    """The array (or number) behind ``x``: a Tensor's ``data``, anything else as it is."""
+    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+
+
+def shape_of(x) -> tuple:
+    return tuple(np.shape(plain(x)))
+
+
+def dtype_of(x) -> np.dtype:
+    return np.asarray(plain(x)).dtype
+
+
+def axes_of(op: str, axis, shape: tuple) -> tuple[int, ...]:
+    """``normalize_axis`` whose error names the operation and the input shape."""
+    try:
+        return normalize_axis(axis, len(shape))
+    except (ValueError, TypeError) as e:
+        raise ShapeError(f"{op}: {e} (input shape {shape})") from None
+
+
+def one_axis(op: str, axis, shape: tuple) -> int | None:
+    """One axis (an int, negatives allowed) as a non-negative int; None for a 0-d tensor."""
+    if isinstance(axis, (tuple, list, bool)) or axis is None:
+        raise ShapeError(f"{op}: takes one axis (dim), got {axis!r}")
+    axes = axes_of(op, axis, shape)
+    return axes[0] if axes else None
