@@ -331,3 +331,31 @@ def test_gradients_accumulate_over_calls_like_eager(clear):
         compiled(x)
         np.testing.assert_array_equal(ws[0].grad, ws[1].grad)
     assert ws[1].grad is not compiled.all_plans[0].leaf_grads[id(ws[1])]  # moved aside
+
+
+def test_values_computed_in_the_step_are_read_on_every_replay():
+    # argmax/argmin/all/any, a Tensor index computed in the step, detach(), and (values,
+    # indices) returned from the step: none of them may be frozen at their traced values
+    w = tg.tensor(np.arange(6.0, dtype=np.float32), requires_grad=True)
+    running = tg.tensor(np.zeros(3, np.float32))
+
+    def step(x):
+        t = tg.tensor(x)
+        picked = w[t.argmax(0)] + w[t.argmin(0)] * 2
+        with tg.no_grad():
+            running.add_(t.detach()[:3])
+        return picked, t.max(dim=0), tg.all(t > 0.2), tg.any(t > 0.9), w[tg.argsort(t)[:2]]
+
+    compiled = tg.compile(step)
+    eager_running = np.zeros(3, np.float32)
+    for k in range(4):
+        x = np.random.default_rng(k).random(6).astype(np.float32)
+        got = compiled(x)
+        eager_running += x[:3]
+        want = step(x)  # eager (after the compiled call: both update running the same way)
+        eager_running += x[:3]
+        assert got[0].item() == want[0].item() == 5 * 0 + float(x.argmax()) + 2 * float(x.argmin())
+        assert got[1].indices.item() == x.argmax() and got[1].values.item() == x.max()
+        assert got[2].item() == bool((x > 0.2).all()) and got[3].item() == bool((x > 0.9).any())
+        np.testing.assert_array_equal(got[4].data, np.argsort(x, kind="stable")[:2])
+    np.testing.assert_array_equal(running.data, eager_running)

@@ -878,7 +878,8 @@ def _unflatten(spec, plan: Plan):
     if kind == "var":
         return Tensor._make(plan.vals[spec[1]], None, False)
     if kind == "seq":
-        return spec[1](_unflatten(s, plan) for s in spec[2])
+        items = [_unflatten(s, plan) for s in spec[2]]
+        return spec[1](*items) if hasattr(spec[1], "_fields") else spec[1](items)
     if kind == "dict":
         return {k: _unflatten(s, plan) for k, s in spec[1].items()}
     return spec[1]

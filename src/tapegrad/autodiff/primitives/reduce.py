@@ -257,36 +257,103 @@ def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's n
     return power(sum(power(a, float(ord)), axes, keepdims), 1.0 / ord)
 
 
-def _index_reduction(fn, name):
+def _arg_extreme_fwd(x, axis, keepdims, largest, out=None):
+    """The flat position (``axis`` None) or the index along one axis of the first extreme."""
+    fn = np.argmax if largest else np.argmin
+    if axis is None:
+        res = np.asarray(fn(x.reshape(-1))).reshape((1,) * x.ndim if keepdims else ())
+    elif x.ndim == 0:  # a 0-d x: its one entry is at index 0
+        res = np.zeros((), np.int64)
+    else:
+        res = np.asarray(fn(x, axis=axis, keepdims=keepdims))
+    if out is None:
+        return res.astype(np.int64, copy=False)
+    np.copyto(out, res)
+    return out
+
+
+def _arg_extreme_reference(x, axis, keepdims, largest):
+    y = x if largest else -x
+    if axis is None:
+        flat = y.reshape(-1)
+        i = int(np.flatnonzero(flat == flat.max())[0])
+        return np.full((1,) * x.ndim if keepdims else (), i)
+    if x.ndim == 0:
+        return np.zeros((), np.int64)
+    m = np.moveaxis(y, axis, -1)
+    idx = (m == m.max(axis=-1, keepdims=True)).argmax(axis=-1)  # the first maximum
+    return np.expand_dims(idx, axis) if keepdims else idx
+
+
+_arg_extreme = primitive(
+    "arg_extreme",
+    _arg_extreme_fwd,
+    None,
+    reference=_arg_extreme_reference,
+    samples=lambda rng: [
+        Sample((S.distinct(rng, shape),), {"axis": axis, "keepdims": kd, "largest": largest})
+        for shape, axis, kd in [
+            ((2, 3, 4), None, False),
+            ((2, 3, 4), 1, True),
+            ((5,), 0, False),
+            ((), None, True),
+            ((), 0, False),
+            ((2, 3), None, True),
+        ]
+        for largest in (True, False)
+    ],
+    doc="argmax (largest) or argmin: the index of the first extreme along one axis, or the "
+    "flat position over all (int64, not differentiable; a compiled plan computes it on every "
+    "call).",
+)
+
+
+def _index_reduction(largest: bool, name: str):
     def reduce(x, axis=None, keepdims: bool = False):
-        a = _plain(x)
-        if axis is None:
-            out = fn(a.reshape(-1))
-            return _tensor(np.asarray(out).reshape((1,) * a.ndim if keepdims else ()))
-        axes = normalize_axis(axis, a.ndim)
-        if not axes:  # a 0-d x: its one entry is at index 0
-            return _tensor(np.zeros((), np.int64))
-        return _tensor(np.asarray(fn(a, axis=axes[0], keepdims=keepdims)))
+        if axis is not None:
+            axes = normalize_axis(axis, _ndim(x))
+            axis = axes[0] if axes else 0
+        return _arg_extreme(x, axis=axis, keepdims=bool(keepdims), largest=largest)
 
     reduce.__name__ = name
     reduce.__doc__ = f"{name} over ``axis`` (None: all entries); int64, not differentiable."
     return reduce
 
 
-argmax = _index_reduction(np.argmax, "argmax")
-argmin = _index_reduction(np.argmin, "argmin")
+argmax = _index_reduction(True, "argmax")
+argmin = _index_reduction(False, "argmin")
+
+
+def _truth_fwd(x, axis, keepdims, every, out=None):
+    return (np.all if every else np.any)(x, axis=axis, keepdims=keepdims, out=out)
+
+
+_truth = primitive(
+    "all_any",
+    _truth_fwd,
+    None,
+    reference=lambda x, axis, keepdims, every: (
+        np.logical_not(np.logical_not(x).sum(axis=axis, keepdims=keepdims) > 0)
+        if every
+        else x.astype(bool).sum(axis=axis, keepdims=keepdims) > 0
+    ),
+    samples=lambda rng: [
+        Sample((rng.uniform(size=shape) > 0.3,), {"axis": axis, "keepdims": kd, "every": every})
+        for shape, axis, kd in [((2, 3), (0, 1), False), ((2, 3), (1,), True), ((4,), (0,), False)]
+        for every in (True, False)
+    ],
+    doc="all (every) or any over axes: bool, not differentiable.",
+)
 
 
 def all(x, axis=None, keepdims: bool = False):  # noqa: A001
     """Whether every entry over ``axis`` is nonzero (bool, not differentiable)."""
-    a = _plain(x)
-    return _tensor(np.asarray(np.all(a, axis=normalize_axis(axis, a.ndim), keepdims=keepdims)))
+    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=bool(keepdims), every=True)
 
 
 def any(x, axis=None, keepdims: bool = False):  # noqa: A001
     """Whether some entry over ``axis`` is nonzero (bool, not differentiable)."""
-    a = _plain(x)
-    return _tensor(np.asarray(np.any(a, axis=normalize_axis(axis, a.ndim), keepdims=keepdims)))
+    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=bool(keepdims), every=False)
 
 
 def _tensor(a):

@@ -263,8 +263,27 @@ def _index_part(p):
     return p
 
 
+def _read_each_call(p) -> bool:
+    """Whether an index part is a value a compiled plan must read on every call: a Tensor, or
+    the array of a value the step being traced computed."""
+    if hasattr(p, "requires_grad"):
+        return True
+    if isinstance(p, np.ndarray):
+        from ..tensor import _TRACING
+
+        trace = _TRACING.active
+        return trace is not None and id(p) in trace.var_of_data
+    return False
+
+
 def getitem(x, index):
-    """``x[index]``: basic slicing, integer arrays (repeats accumulate) and boolean masks."""
+    """``x[index]``: basic slicing, integer arrays (repeats accumulate) and boolean masks.
+    Index arrays given as Tensors are inputs of the operation (``index_get``), so a compiled
+    step reads them on every call; other index values are attributes."""
+    if any(_read_each_call(p) for p in (index if isinstance(index, tuple) else (index,))):
+        from .indexing import index_get
+
+        return index_get(x, index)
     index = (
         tuple(_index_part(p) for p in index) if isinstance(index, tuple) else (_index_part(index),)
     )
