@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff import ops
-from ..autodiff.errors import DTypeError, ShapeError
+from ..autodiff.errors import ShapeError
+from ..autodiff.graph import no_grad
 from ..autodiff.tensor import Tensor
 from . import init as _init
 
@@ -170,6 +171,28 @@ def dropout(
     return x * ops.dropout_mask(x, p=float(p), rng=gen)
 
 
+def dropout2d(
+    x: ArrayLike, p: float = 0.5, training: bool = True, rng: np.random.Generator | None = None
+) -> Tensor:
+    """Channel dropout: zero whole channels of ``x (N, C, H, W)`` (or ``(N, C, L)``) with
+    probability ``p``, one draw per sample and channel, and scale the kept ones by
+    ``1 / (1 - p)``. Identity when ``training`` is false or ``p == 0``; masks come from
+    ``rng`` (default ``nn.init``'s generator; a compiled step draws afresh every call)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout2d: p must be in [0, 1], got {p}")
+    if not isinstance(x, Tensor):
+        x = Tensor(x)
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"dropout2d: input must be (N, C, H, W) or (N, C, L), got {x.shape}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * np.zeros(x.shape, dtype=x.dtype)
+    gen = rng if rng is not None else _init.default_generator()
+    one_per_channel = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.ndim - 2)]
+    return x * ops.dropout_mask(one_per_channel, p=float(p), rng=gen)
+
+
 # -- convolution, pooling, embedding -----------------------------------------------------------
 def conv1d(x: ArrayLike, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0):
     """1-D convolution (cross-correlation) of ``x (N, C, L)`` with ``weight (O, C, K)``."""
@@ -192,11 +215,26 @@ def max_pool2d(x: ArrayLike, kernel_size, stride=None) -> Tensor:
     return ops.max_pool2d(x, kernel_size, stride)
 
 
-def embedding(indices, weight: Tensor) -> Tensor:
+def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of ``weight (num, dim)`` picked by integer ``indices``, giving shape
     ``indices.shape + (dim,)``. Repeated indices accumulate their gradients. Non-integer or
-    out-of-range indices raise (checked by the primitive's wrapper)."""
-    return ops.embedding(weight, indices)
+    out-of-range indices raise (checked by the primitive's wrapper).
+
+    ``padding_idx``: that row is looked up as usual but gets no gradient (the positions that
+    pick it contribute theirs to nothing), so a padding vector stays as it is while training.
+    """
+    out = ops.embedding(weight, indices)
+    if padding_idx is None:
+        return out
+    num = weight.shape[0]
+    if not -num <= padding_idx < num:
+        raise IndexError(f"embedding: padding_idx {padding_idx} is out of range for {num} rows")
+    pad = padding_idx % num
+    with no_grad():  # the same rows, without a path back to the table
+        frozen = ops.embedding(weight, indices)
+    idx = indices if isinstance(indices, Tensor) else Tensor(np.asarray(indices))
+    is_pad = ops.expand_dims(ops.equal(idx, pad), -1)
+    return ops.where(is_pad, frozen, out)
 
 
 # -- recurrent ---------------------------------------------------------------------------------
@@ -348,209 +386,32 @@ def gru(
     return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), hs[xp.shape[0] - 1]
 
 
-# -- losses ------------------------------------------------------------------------------------
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_reduction(fname: str, reduction: str) -> None:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{fname}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-
-
-def _target_array(target) -> np.ndarray:
-    return np.asarray(target.data if isinstance(target, Tensor) else target)
-
-
-def _float_target(fname: str, target, logits: Tensor):
-    """Float targets must share the logits' dtype; integer/bool ones are lifted to it."""
-    arr = _target_array(target)
-    if arr.dtype.kind in "biu":
-        return arr.astype(logits.dtype)
-    if arr.dtype.kind != "f":
-        raise TypeError(f"{fname}: target must be numeric, got dtype {arr.dtype}")
-    if arr.dtype != logits.dtype:
-        raise DTypeError(
-            f"{fname}: target has dtype {arr.dtype}, logits have {logits.dtype}; cast one "
-            f"explicitly (tapegrad never promotes silently)"
-        )
-    return target if isinstance(target, Tensor) else arr
-
-
-def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Softmax cross-entropy of ``logits (N, C)``, fused and stable.
-
-    ``target`` is either integer class labels ``(N,)`` in ``[0, C)`` or float class
-    probabilities / one-hot rows ``(N, C)``. ``reduction``: "mean" over the batch, "sum", or
-    "none" (one loss per sample).
-    """
-    _check_reduction("cross_entropy", reduction)
-    if logits.ndim != 2:
-        raise ShapeError(f"cross_entropy: logits must be (N, C), got shape {logits.shape}")
-    n, c = logits.shape
-    arr = _target_array(target)
-    if arr.dtype.kind in "iu":
-        if arr.shape != (n,):
-            raise ShapeError(
-                f"cross_entropy: integer labels must have shape ({n},) for logits {logits.shape}, "
-                f"got {arr.shape}"
-            )
-        if arr.size and (arr.min() < 0 or arr.max() >= c):
-            bad = arr[(arr < 0) | (arr >= c)][0]
-            raise IndexError(
-                f"cross_entropy: label {bad} is out of range for {c} classes (valid: 0..{c - 1})"
-            )
-        return ops.softmax_cross_entropy(logits, arr, reduction=reduction)
-    if arr.dtype.kind == "f":
-        if arr.shape != (n, c):
-            raise ShapeError(
-                f"cross_entropy: probability targets must have the logits' shape {logits.shape}, "
-                f"got {arr.shape}"
-            )
-        return ops.softmax_cross_entropy(
-            logits, _float_target("cross_entropy", target, logits), reduction=reduction
-        )
-    raise TypeError(
-        f"cross_entropy: target must be integer labels or float probabilities, got {arr.dtype}"
-    )
-
-
-def binary_cross_entropy_with_logits(logits: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Sigmoid + binary cross-entropy in one stable step; ``target`` (0/1 or probabilities) has
-    the logits' shape."""
-    name = "binary_cross_entropy_with_logits"
-    _check_reduction(name, reduction)
-    arr = _target_array(target)
-    if arr.shape != logits.shape:
-        raise ShapeError(f"{name}: target shape {arr.shape} differs from logits {logits.shape}")
-    return ops.bce_with_logits(logits, _float_target(name, target, logits), reduction=reduction)
-
-
-def _pointwise_loss(name: str, input: Tensor, target, reduction: str, fn) -> Tensor:
-    """``fn(input, target)`` per entry (shapes must match; the target takes the input's float
-    dtype), then the reduction: "mean" over every entry, "sum", or "none"."""
-    _check_reduction(name, reduction)
-    arr = _target_array(target)
-    if arr.shape != input.shape:
-        raise ShapeError(f"{name}: target shape {arr.shape} differs from input {input.shape}")
-    t = target if isinstance(target, Tensor) else Tensor(_float_target(name, arr, input))
-    per = fn(input, t)
-    if reduction == "mean":
-        return ops.mean(per)
-    if reduction == "sum":
-        return ops.sum(per)
-    return per
-
-
-def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Mean squared error ``(input - target)^2``, averaged ("mean"), summed or per entry."""
-
-    def sq(x, t):
-        d = x - t
-        return d * d
-
-    return _pointwise_loss("mse_loss", input, target, reduction, sq)
-
-
-def l1_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Mean absolute error ``|input - target|``."""
-    return _pointwise_loss("l1_loss", input, target, reduction, lambda x, t: ops.absolute(x - t))
-
-
-def smooth_l1_loss(input: Tensor, target, reduction: str = "mean", beta: float = 1.0) -> Tensor:
-    """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - beta / 2`` elsewhere (``d = input -
-    target``; ``beta=0`` is the L1 loss)."""
-    if beta < 0:
-        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
-
-    def smooth(x, t):
-        a = ops.absolute(x - t)
-        if beta == 0:
-            return a
-        return ops.where(a < beta, a * a * (0.5 / beta), a - 0.5 * beta)
-
-    return _pointwise_loss("smooth_l1_loss", input, target, reduction, smooth)
-
-
-def huber_loss(input: Tensor, target, reduction: str = "mean", delta: float = 1.0) -> Tensor:
-    """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - delta / 2)`` elsewhere."""
-    if not delta > 0:
-        raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
-
-    def huber(x, t):
-        a = ops.absolute(x - t)
-        return ops.where(a < delta, a * a * 0.5, (a - 0.5 * delta) * delta)
-
-    return _pointwise_loss("huber_loss", input, target, reduction, huber)
-
-
-def binary_cross_entropy(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Binary cross-entropy of probabilities ``input`` in [0, 1] against ``target``; each log is
-    clamped at -100, as PyTorch does, so a probability of exactly 0 or 1 stays finite.
-    (On logits, :func:`binary_cross_entropy_with_logits` is the stable form.)"""
-
-    def bce(p, t):
-        log_p = ops.maximum(ops.log(p), -100.0)
-        log_q = ops.maximum(ops.log(1.0 - p), -100.0)
-        return -(t * log_p + (1.0 - t) * log_q)
-
-    with np.errstate(divide="ignore"):
-        return _pointwise_loss("binary_cross_entropy", input, target, reduction, bce)
-
-
-def kl_div(input: Tensor, target, reduction: str = "mean", log_target: bool = False) -> Tensor:
-    """KL divergence with ``input`` as log-probabilities: ``target * (log(target) - input)``
-    per entry (0 where target is 0), or with ``log_target`` ``exp(target) * (target -
-    input)``. ``reduction="batchmean"`` divides the sum by the batch size (the true KL
-    divergence per sample; "mean" averages over every entry, as PyTorch does)."""
-    batchmean = reduction == "batchmean"
-
-    def kl(x, t):
-        if log_target:
-            return ops.exp(t) * (t - x)
-        positive = t > 0
-        return ops.where(positive, t * (ops.log(ops.where(positive, t, 1.0)) - x), 0.0)
-
-    per = _pointwise_loss("kl_div", input, target, "sum" if batchmean else reduction, kl)
-    return per / max(input.shape[0], 1) if batchmean and input.ndim else per
-
-
-def nll_loss(
-    log_probs: Tensor, target, weight=None, ignore_index: int = -100, reduction: str = "mean"
-) -> Tensor:
-    """Negative log-likelihood of class ids ``target (N,)`` under ``log_probs (N, C)``, each
-    sample weighted by ``weight[target]`` (class weights ``(C,)``, default 1); samples whose
-    target is ``ignore_index`` count for nothing. "mean" divides by the weights' sum over the
-    counted samples, as PyTorch does."""
-    _check_reduction("nll_loss", reduction)
-    ids = _target_array(target)
-    if log_probs.ndim != 2 or ids.shape != (log_probs.shape[0],) or ids.dtype.kind not in "iu":
-        raise ShapeError(
-            f"nll_loss: expected log_probs (N, C) and integer targets (N,), got "
-            f"{log_probs.shape} and {ids.shape} {ids.dtype}"
-        )
-    n, c = log_probs.shape
-    keep = ids != ignore_index
-    if ((ids[keep] < 0) | (ids[keep] >= c)).any():
-        raise ShapeError(f"nll_loss: a target is out of range [0, {c}) for log_probs {(n, c)}")
-    safe = np.where(keep, ids, 0)
-    w = np.ones(c, log_probs.dtype) if weight is None else _target_array(weight)
-    if w.shape != (c,):
-        raise ShapeError(f"nll_loss: weight must have shape ({c},), got {w.shape}")
-    sample_w = (w.astype(log_probs.dtype)[safe] * keep).astype(log_probs.dtype)
-    picked = log_probs[np.arange(n), safe]
-    per = -picked * sample_w
-    if reduction == "none":
-        return per
-    total = ops.sum(per)
-    return total / sample_w.sum() if reduction == "mean" else total
-
-
-def cosine_similarity(x1: Tensor, x2: Tensor, axis: int = 1, eps: float = 1e-8) -> Tensor:
-    """``x1 . x2 / (max(|x1|, eps) * max(|x2|, eps))`` along ``axis`` (broadcasting)."""
-    n1 = ops.maximum(ops.norm(x1, axis=axis), eps)
-    n2 = ops.maximum(ops.norm(x2, axis=axis), eps)
-    return ops.sum(_t(x1) * x2, axis=axis) / (n1 * n2)
-
+# -- the families in files of their own (nn/_functional/) -------------------------------------
+from ._functional.attention import (  # noqa: E402
+    multi_head_attention_forward,
+    scaled_dot_product_attention,
+)
+from ._functional.losses import (  # noqa: E402
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cosine_embedding_loss,
+    cosine_similarity,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from ._functional.normalization import batch_norm, group_norm, layer_norm  # noqa: E402
+from ._functional.pooling import (  # noqa: E402
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    interpolate,
+)
 
 __all__ = [
     "relu",
@@ -578,6 +439,18 @@ __all__ = [
     "kl_div",
     "nll_loss",
     "cosine_similarity",
+    "cosine_embedding_loss",
+    "batch_norm",
+    "layer_norm",
+    "group_norm",
+    "avg_pool1d",
+    "avg_pool2d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "interpolate",
+    "dropout2d",
+    "scaled_dot_product_attention",
+    "multi_head_attention_forward",
     "softmax",
     "log_softmax",
     "identity",
