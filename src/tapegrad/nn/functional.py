@@ -5,9 +5,9 @@ Each composes engine primitives (``tapegrad.ops``); the modules in :mod:`tapegra
 hold parameters and call these. Argument orders follow the names PyTorch users know
 (``embedding(indices, weight)``, ``cross_entropy(logits, target)``).
 
-Recurrent functions take time-major or batch-first input and return batch-first outputs by
-default; the input projection ``x @ W_ih^T`` is one matrix product over all time steps, and only
-the recurrence ``h @ W_hh^T`` runs step by step.
+Recurrent functions take time-major input ``(T, N, I)`` by default (``batch_first=True``:
+``(N, T, I)``) and return outputs in the same layout; the input projection ``x @ W_ih^T`` is one
+matrix product over all time steps, and only the recurrence ``h @ W_hh^T`` runs step by step.
 """
 
 from __future__ import annotations
@@ -248,7 +248,8 @@ def _time_major_projection(op: str, x, weight_ih, bias, batch_first: bool):
     result viewed time-major: the scans write their input gradient in that layout too, so no
     step copies the input or the gradient into time-major order."""
     if x.ndim != 3:
-        raise ShapeError(f"{op}: input must be 3-D (batch, time, features), got {x.shape}")
+        layout = "(batch, time, features)" if batch_first else "(time, batch, features)"
+        raise ShapeError(f"{op}: input must be 3-D {layout}, got {x.shape}")
     if x.shape[1 if batch_first else 0] == 0:
         raise ShapeError(f"{op}: the input has no time steps (no last state), got {x.shape}")
     xp = linear(x, weight_ih, bias)
@@ -262,11 +263,61 @@ def _bias_sum(b1, b2):
 
 
 def rnn_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh"):
-    """One Elman step ``act(x @ W_ih^T + b_ih + h @ W_hh^T + b_hh)``; ``x (N, I)``, ``h (N, H)``."""
-    pre = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh)) + ops.matmul(
-        h, ops.transpose(weight_hh)
-    )
+    """One Elman step ``act(x @ W_ih^T + b_ih + h @ W_hh^T + b_hh)``; ``x (N, I)``, ``h (N, H)``
+    (``None``: zeros)."""
+    if nonlinearity not in _NONLIN:
+        raise ValueError(f"rnn_cell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+    pre = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
+    if h is not None:
+        pre = pre + ops.matmul(h, ops.transpose(weight_hh))
     return _NONLIN[nonlinearity](pre)
+
+
+def recurrent_layer(
+    mode: str,
+    x: ArrayLike,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+    state=None,
+    batch_first: bool = False,
+):
+    """One recurrent layer in one direction over a whole sequence, with one fused scan:
+    returns ``(hidden states (T, N, H) time-major, final state)``; the final state is ``h``
+    ``(N, H)`` (``mode`` "tanh", "relu", "gru") or ``(h, c)`` ("lstm"). ``state`` (``h0``, or
+    ``(h0, c0)``) defaults to zeros. The building block of :func:`rnn`, :func:`lstm`,
+    :func:`gru` and the layers' stacked and bidirectional forms."""
+    if mode in _NONLIN:
+        xp = _time_major_projection("rnn", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+        zero_h0 = state is None  # the scan then skips step 0's product with the zero state
+        h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype) if zero_h0 else state
+        hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=mode, zero_h0=zero_h0)
+        return hs, hs[xp.shape[0] - 1]
+    if mode == "lstm":
+        xp = _time_major_projection("lstm", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+        T, N = xp.shape[0], xp.shape[1]
+        if state is None:
+            zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
+            state = (zeros, zeros)
+        out = ops.lstm_scan(xp, weight_hh, *state)  # (2, T, N, H): hidden and cell states
+        hs = out[0]
+        return hs, (hs[T - 1], out[1, T - 1])
+    if mode == "gru":
+        xp = _time_major_projection("gru", x, weight_ih, bias_ih, batch_first)
+        G = weight_hh.shape[0]
+        h0 = state
+        if h0 is None:
+            h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)
+        if bias_hh is None:
+            bias_hh = np.zeros(G, dtype=xp.dtype)
+        hs = ops.gru_scan(xp, weight_hh, bias_hh, h0)  # (T, N, H), one rule
+        return hs, hs[xp.shape[0] - 1]
+    raise ValueError(f"recurrent_layer: mode must be 'tanh', 'relu', 'lstm' or 'gru', got {mode!r}")
+
+
+def _batch_layout(hs: Tensor, batch_first: bool) -> Tensor:
+    return ops.permute(hs, (1, 0, 2)) if batch_first else hs
 
 
 def rnn(
@@ -277,22 +328,20 @@ def rnn(
     bias_hh: Tensor | None = None,
     h0: ArrayLike | None = None,
     nonlinearity: str = "tanh",
-    batch_first: bool = True,
+    batch_first: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Elman RNN over a sequence; returns (all hidden states, last hidden state ``(N, H)``).
+    """Elman RNN over a sequence (one layer, one direction); returns (all hidden states, last
+    hidden state ``(N, H)``).
 
-    ``x`` is ``(N, T, I)`` (``(T, N, I)`` when ``batch_first=False``); ``h0`` defaults to zeros.
-    Both biases are added once, inside the input projection.
+    ``x`` is ``(T, N, I)`` (``(N, T, I)`` when ``batch_first``), and so are the outputs;
+    ``h0 (N, H)`` defaults to zeros. Both biases are added once, inside the input projection.
     """
     if nonlinearity not in _NONLIN:
         raise ValueError(f"rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-    xp = _time_major_projection("rnn", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    zero_h0 = h0 is None  # the scan then skips step 0's product with the zero state
-    if zero_h0:
-        h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype)
-    hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=nonlinearity, zero_h0=zero_h0)
-    last = hs[xp.shape[0] - 1]
-    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), last
+    hs, last = recurrent_layer(
+        nonlinearity, x, weight_ih, weight_hh, bias_ih, bias_hh, h0, batch_first
+    )
+    return _batch_layout(hs, batch_first), last
 
 
 def _lstm_step(gx, h, c, whh_t, hidden):
@@ -307,8 +356,9 @@ def _lstm_step(gx, h, c, whh_t, hidden):
 
 
 def lstm_cell(x, state, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
-    """One LSTM step; ``state = (h, c)`` each ``(N, H)``; gates stacked in order i, f, g, o."""
-    h, c = state
+    """One LSTM step; ``state = (h, c)`` each ``(N, H)`` (``None``: zeros); gates stacked in
+    order i, f, g, o."""
+    h, c = (None, None) if state is None else state
     gx = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
     return _lstm_step(gx, h, c, ops.transpose(weight_hh), weight_hh.shape[1])
 
@@ -320,21 +370,18 @@ def lstm(
     bias_ih: Tensor | None = None,
     bias_hh: Tensor | None = None,
     state: tuple[ArrayLike, ArrayLike] | None = None,
-    batch_first: bool = True,
+    batch_first: bool = False,
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """LSTM over a sequence; returns (outputs, (h, c)) with ``h, c`` of shape ``(N, H)``.
+    """LSTM over a sequence (one layer, one direction); returns (outputs, (h, c)) with ``h, c``
+    of shape ``(N, H)``; layouts as in :func:`rnn`.
 
     Weights stack the gates as ``[i; f; g; o]`` (``weight_ih (4H, I)``, ``weight_hh (4H, H)``);
     ``c' = f*c + i*g``, ``h' = o*tanh(c')``. ``state`` defaults to zeros.
     """
-    xp = _time_major_projection("lstm", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    T, N = xp.shape[0], xp.shape[1]
-    if state is None:
-        zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
-        state = (zeros, zeros)
-    out = ops.lstm_scan(xp, weight_hh, *state)  # (2, T, N, H): hidden and cell states
-    hs = out[0]
-    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), (hs[T - 1], out[1, T - 1])
+    hs, last = recurrent_layer(
+        "lstm", x, weight_ih, weight_hh, bias_ih, bias_hh, state, batch_first
+    )
+    return _batch_layout(hs, batch_first), last
 
 
 def _gru_step(gx, h, whh_t, bias_hh, hidden):
@@ -356,7 +403,8 @@ def _gru_step(gx, h, whh_t, bias_hh, hidden):
 
 
 def gru_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
-    """One GRU step; gates stacked in order r, z, n; ``h' = (1 - z) * n + z * h``."""
+    """One GRU step; gates stacked in order r, z, n; ``h' = (1 - z) * n + z * h`` (``h``
+    ``None``: zeros)."""
     gx = linear(x, weight_ih, bias_ih)
     return _gru_step(gx, h, ops.transpose(weight_hh), bias_hh, weight_hh.shape[1])
 
@@ -368,22 +416,17 @@ def gru(
     bias_ih: Tensor | None = None,
     bias_hh: Tensor | None = None,
     h0: ArrayLike | None = None,
-    batch_first: bool = True,
+    batch_first: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """GRU over a sequence; returns (outputs, last hidden ``(N, H)``).
+    """GRU over a sequence (one layer, one direction); returns (outputs, last hidden
+    ``(N, H)``); layouts as in :func:`rnn`.
 
     Gates stacked ``[r; z; n]``: ``r, z = sigmoid(W_i x + b_i + W_h h + b_h)``,
     ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``.
     ``b_hh`` stays inside the recurrence because ``r`` multiplies its ``n`` part.
     """
-    xp = _time_major_projection("gru", x, weight_ih, bias_ih, batch_first)
-    G = weight_hh.shape[0]
-    if h0 is None:
-        h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)
-    if bias_hh is None:
-        bias_hh = np.zeros(G, dtype=xp.dtype)
-    hs = ops.gru_scan(xp, weight_hh, bias_hh, h0)  # (T, N, H), one rule
-    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), hs[xp.shape[0] - 1]
+    hs, last = recurrent_layer("gru", x, weight_ih, weight_hh, bias_ih, bias_hh, h0, batch_first)
+    return _batch_layout(hs, batch_first), last
 
 
 # -- the families in files of their own (nn/_functional/) -------------------------------------
@@ -462,6 +505,7 @@ __all__ = [
     "max_pool2d",
     "embedding",
     "rnn_cell",
+    "recurrent_layer",
     "rnn",
     "lstm_cell",
     "lstm",

@@ -8,7 +8,7 @@ from .embedding import Embedding
 from .linear import Linear
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d
-from .recurrent import GRU, LSTM, RNN
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .shape import Flatten, Permute, Reshape
 from .transformer import TransformerEncoder, TransformerEncoderLayer
 from .upsampling import Upsample
@@ -35,6 +35,9 @@ __all__ = [
     "RNN",
     "LSTM",
     "GRU",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
     "MultiheadAttention",
     "TransformerEncoderLayer",
     "TransformerEncoder",
