@@ -216,25 +216,29 @@ ENCODER = [
 
 @pytest.mark.parametrize("kw", ENCODER, ids=str)
 @pytest.mark.parametrize("masks", [False, True])
-def test_transformer_encoder_layer_matches_torch(kw, masks):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transformer_encoder_layer_matches_torch(kw, masks, dtype):
     torch.manual_seed(0)
     th = torch.nn.TransformerEncoderLayer(E, HEADS, dim_feedforward=16, dropout=0.0, **kw)
-    ours = nn.TransformerEncoderLayer(E, HEADS, dim_feedforward=16, dropout=0.0, **kw)
+    ours = nn.TransformerEncoderLayer(E, HEADS, dim_feedforward=16, dropout=0.0, dtype=dtype, **kw)
+    th = th.double() if dtype == np.float64 else th
     assert list(ours.state_dict()) == list(th.state_dict())
     bf = kw.get("batch_first", False)
-    x = _x((N, L, E) if bf else (L, N, E), 1, np.float32)
+    x = _x((N, L, E) if bf else (L, N, E), 1, dtype)
     src_mask = np.triu(np.ones((L, L), bool), 1) if masks else None
     kpm = ~_keep_mask(2, (N, L)) if masks else None
 
     def t(a):
         return None if a is None else torch.tensor(a)
 
+    tol = {"rtol": 1e-9, "atol": 1e-11} if dtype == np.float64 else {}
     compare_with_torch(
         ours,
         th,
         [x],
         lambda m, x: m(x, src_mask=src_mask, src_key_padding_mask=kpm),
         lambda m, x: m(x, src_mask=t(src_mask), src_key_padding_mask=t(kpm)),
+        **tol,
     )
 
 

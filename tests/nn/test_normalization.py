@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from nn_helpers import compare_fn_with_torch, compare_with_torch
+from nn_helpers import assert_compiled_equals_eager, compare_fn_with_torch, compare_with_torch
 
 import tapegrad as tg
 from tapegrad import nn, optim
@@ -210,3 +210,15 @@ def test_errors_name_the_layer_and_shapes():
         F.batch_norm(_x((4, 3)), None, None, _x((4,)), training=True)
     with pytest.raises(ValueError, match="evaluation.*running_mean"):
         F.batch_norm(_x((4, 3)), None, None)
+
+
+def test_layer_and_group_norm_compiled_equal_eager():
+    ln, gn = nn.LayerNorm((4, 5)), nn.GroupNorm(2, 4)
+    for p in (*ln.parameters(), *gn.parameters()):
+        p.data[...] = _x(p.shape, 3, np.float32)
+
+    def f(x):
+        return (ln(x) * gn(x)).sum() + (F.layer_norm(x, (5,)) ** 2).mean()
+
+    calls = [[_x((3, 4, 5), k, np.float32)] for k in range(3)]
+    assert_compiled_equals_eager(f, [*ln.parameters(), *gn.parameters()], calls)
