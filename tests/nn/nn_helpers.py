@@ -133,3 +133,27 @@ def _loss_and_backward(fn, params, args):
     loss = fn(*args)
     loss.backward()
     return (loss,)
+
+
+def train_eager_and_compiled(build: Callable, make_opt: Callable, batches: Sequence) -> None:
+    """Build two models with the same seed, train one eagerly and one with a compiled step
+    (cross-entropy, ``make_opt(params)``) on ``batches`` of ``(x, labels)``, and require equal
+    losses every step and equal ``state_dict`` entries bit for bit at the end."""
+    models = []
+    for _ in range(2):
+        tg.manual_seed(3)
+        models.append(build())
+    opts = [make_opt(m.parameters()) for m in models]
+
+    def step(model, opt, x, y):
+        loss = tg.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = tg.compile(lambda x, y: step(models[1], opts[1], x, y))
+    for k, (x, y) in enumerate(batches):
+        assert step(models[0], opts[0], tg.tensor(x), y).item() == compiled(x, y).item(), k
+    for (k, a), (_, b) in zip(models[0].state_dict().items(), models[1].state_dict().items()):
+        np.testing.assert_array_equal(a, b, err_msg=k)

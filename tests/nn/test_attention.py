@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from nn_helpers import compare_fn_with_torch, compare_with_torch
+from nn_helpers import compare_fn_with_torch, compare_with_torch, train_eager_and_compiled
 
 import tapegrad as tg
 from tapegrad import nn, optim
@@ -267,30 +267,15 @@ def test_transformer_encoder_matches_torch_and_copies_the_layer():
 
 
 def test_transformer_training_compiled_equals_eager():
-    models = []
-    for _ in range(2):
-        tg.manual_seed(4)
+    def build():
         layer = nn.TransformerEncoderLayer(E, HEADS, 16, dropout=0.2, batch_first=True)
-        models.append(
-            nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Flatten(), nn.Linear(L * E, 3))
-        )
-    opts = [optim.Adam(m.parameters(), lr=1e-2) for m in models]
+        return nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Flatten(), nn.Linear(L * E, 3))
 
-    def step(model, opt, x, y):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
-    compiled = tg.compile(lambda x, y: step(models[1], opts[1], x, y))
     rng = np.random.default_rng(0)
-    for k in range(3):
-        x = rng.standard_normal((N, L, E)).astype(np.float32)
-        y = rng.integers(0, 3, N)
-        assert step(models[0], opts[0], tg.tensor(x), y).item() == compiled(x, y).item(), k
-    for (k, a), (_, b) in zip(models[0].state_dict().items(), models[1].state_dict().items()):
-        np.testing.assert_array_equal(a, b, err_msg=k)
+    batches = [
+        (rng.standard_normal((N, L, E)).astype(np.float32), rng.integers(0, 3, N)) for _ in range(3)
+    ]
+    train_eager_and_compiled(build, lambda p: optim.Adam(p, lr=1e-2), batches)
 
 
 def test_errors_name_the_layer_and_shapes():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from nn_helpers import compare_with_torch
+from nn_helpers import compare_with_torch, train_eager_and_compiled
 
 import tapegrad as tg
 from tapegrad import nn, optim
@@ -197,27 +197,11 @@ class _Tagger(nn.Module):
 
 @pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
 def test_compiled_training_equals_eager_bit_for_bit(kind):
-    models = []
-    for _ in range(2):
-        tg.manual_seed(3)
-        models.append(_Tagger(kind))
-    opts = [optim.SGD(m.parameters(), lr=0.1) for m in models]
-
-    def step(model, opt, x, y):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
-    compiled = tg.compile(lambda x, y: step(models[1], opts[1], x, y))
     rng = np.random.default_rng(0)
-    for k in range(4):
-        x = rng.standard_normal((T, N, I)).astype(np.float32)
-        y = rng.integers(0, 3, N)
-        assert step(models[0], opts[0], tg.tensor(x), y).item() == compiled(x, y).item(), k
-    for (k, a), (_, b) in zip(models[0].state_dict().items(), models[1].state_dict().items()):
-        np.testing.assert_array_equal(a, b, err_msg=k)
+    batches = [
+        (rng.standard_normal((T, N, I)).astype(np.float32), rng.integers(0, 3, N)) for _ in range(4)
+    ]
+    train_eager_and_compiled(lambda: _Tagger(kind), lambda p: optim.SGD(p, lr=0.1), batches)
 
 
 # -- cells -----------------------------------------------------------------------------------------
