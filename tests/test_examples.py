@@ -36,21 +36,8 @@ def _both(module, args):
 
 
 def test_mnist_cnn(examples):
-    history = _both(
-        examples("mnist_cnn"),
-        [
-            "--train-size",
-            "128",
-            "--test-size",
-            "64",
-            "--batch-size",
-            "32",
-            "--test-batch-size",
-            "64",
-            "--epochs",
-            "2",
-        ],
-    )
+    args = "--train-size 64 --test-size 32 --batch-size 32 --test-batch-size 32 --epochs 2"
+    history = _both(examples("mnist_cnn"), args.split())
     assert history[-1]["test_loss"] < history[0]["test_loss"] < math.log(10)
     assert history[-1]["test_accuracy"] > 0.3  # ten classes: chance is 0.1
     assert history[1]["lr"] == pytest.approx(0.7 * history[0]["lr"])  # StepLR, gamma 0.7
