@@ -59,13 +59,13 @@ class SeedRNN(nn.Module):
     def __init__(self, steps: int = 4, hidden: int = 64, classes: int = 10, rng=None):
         super().__init__()
         self.steps = steps
-        self.rnn = nn.RNN(784 // steps, hidden, nonlinearity="tanh", rng=rng)
+        self.rnn = nn.RNN(784 // steps, hidden, nonlinearity="tanh", batch_first=True, rng=rng)
         self.head = nn.Linear(hidden, classes, rng=rng)
 
     def forward(self, x):
         x = x.reshape((x.shape[0], self.steps, -1))
-        _, last = self.rnn(x)
-        return self.head(last)
+        _, h_n = self.rnn(x)  # h_n: (1, N, hidden), the one layer's last state
+        return self.head(h_n[0])
 
 
 def _seed_cnn(rng, classes: int = 10, **_):

@@ -134,7 +134,9 @@ def test_scan_equals_the_per_step_composition(kind, n, t, i, h):
     for fn in (getattr(F, kind), _lstm_composed if kind == "lstm" else _gru_composed):
         args = _args(kind, n, t, i, h, seed=n + t + i + h)
         if fn is F.lstm:
-            res = fn(*args[:5], state=(args[5], args[6]))
+            res = fn(*args[:5], state=(args[5], args[6]), batch_first=True)
+        elif fn is F.gru:
+            res = fn(*args, batch_first=True)
         else:
             res = fn(*args)
         y = _flat(kind, res)
@@ -158,7 +160,7 @@ def test_gradcheck_through_initial_states(kind):
     else:
 
         def f(x, wih, whh, bih, bhh, h0):
-            return _flat(kind, F.gru(x, wih, whh, bih, bhh, h0))
+            return _flat(kind, F.gru(x, wih, whh, bih, bhh, h0, batch_first=True))
 
     tg.gradcheck(f, *args)
 
@@ -189,7 +191,13 @@ def test_rnn_scan_rejects_an_initial_state_of_the_wrong_shape():
     x = tg.tensor(np.zeros((3, 1, 2), np.float32))
     wih = tg.tensor(np.zeros((4, 2), np.float32), requires_grad=True)
     with pytest.raises(tg.ShapeError, match=r"h0 must have shape \(3, 4\)"):
-        F.rnn(x, wih, tg.tensor(whh, requires_grad=True), h0=np.zeros((1, 4), np.float32))
+        F.rnn(
+            x,
+            wih,
+            tg.tensor(whh, requires_grad=True),
+            h0=np.zeros((1, 4), np.float32),
+            batch_first=True,
+        )
 
 
 @pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
@@ -199,7 +207,7 @@ def test_empty_sequences_are_rejected_by_name(kind):
     w_hh = tg.tensor(np.zeros((g * 4, 4), np.float32), requires_grad=True)
     x = np.zeros((3, 0, 2), np.float32)  # batch-first: no time steps
     with pytest.raises(tg.ShapeError, match=rf"{kind}: .*no time steps.*\(3, 0, 2\)"):
-        getattr(F, kind)(x, w_ih, w_hh)
+        getattr(F, kind)(x, w_ih, w_hh, batch_first=True)
     xp = np.zeros((0, 3, g * 4), np.float32)
     args = {"rnn": (np.zeros((3, 4)),), "lstm": (np.zeros((3, 4)),) * 2}
     args["gru"] = (np.zeros(12), np.zeros((3, 4)))
@@ -233,48 +241,48 @@ def test_layers_match_torch_with_initial_state(kind, batch_first):
     xt = torch.tensor(x, requires_grad=True)
     st = [torch.tensor(s[None], requires_grad=True) for s in states]
     xo = tg.tensor(x, requires_grad=True)
-    so = [tg.tensor(s, requires_grad=True) for s in states]
+    so = [tg.tensor(s[None], requires_grad=True) for s in states]  # (layers, N, H)
     if kind == "LSTM":
         out_t, (h_t, c_t) = th(xt, tuple(st))
         out_o, (h_o, c_o) = ours(xo, tuple(so))
         loss_t = (out_t * torch.tensor(w_out)).sum() + (h_t[0] * torch.tensor(w_last)).sum()
         loss_t = loss_t + (c_t[0] * torch.tensor(w_last) * 2).sum()
-        loss_o = (out_o * w_out).sum() + (h_o * w_last).sum() + (c_o * w_last * 2).sum()
-        np.testing.assert_allclose(c_o.data, c_t[0].detach().numpy(), rtol=1e-4, atol=1e-5)
+        loss_o = (out_o * w_out).sum() + (h_o[0] * w_last).sum() + (c_o[0] * w_last * 2).sum()
+        np.testing.assert_allclose(c_o.data, c_t.detach().numpy(), rtol=1e-4, atol=1e-5)
     else:
         out_t, h_t = th(xt, st[0])
         out_o, h_o = ours(xo, so[0])
         loss_t = (out_t * torch.tensor(w_out)).sum() + (h_t[0] * torch.tensor(w_last)).sum()
-        loss_o = (out_o * w_out).sum() + (h_o * w_last).sum()
+        loss_o = (out_o * w_out).sum() + (h_o[0] * w_last).sum()
     np.testing.assert_allclose(out_o.data, out_t.detach().numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(h_o.data, h_t[0].detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(h_o.data, h_t.detach().numpy(), rtol=1e-4, atol=1e-5)
     loss_t.backward()
     loss_o.backward()
     params_t = dict(th.named_parameters())
     for name, p in ours.named_parameters():
-        want = params_t[name + "_l0"].grad.numpy()
+        want = params_t[name].grad.numpy()
         np.testing.assert_allclose(p.grad, want, rtol=1e-4, atol=1e-4, err_msg=name)
     np.testing.assert_allclose(xo.grad, xt.grad.numpy(), rtol=1e-4, atol=1e-5)
     for a, b in zip(so, st):
-        np.testing.assert_allclose(a.grad, b.grad[0].numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 # -- compiled plans ------------------------------------------------------------------------------
 class _Seq(nn.Module):
     def __init__(self, kind):
         super().__init__()
-        self.rnn = getattr(nn, kind)(7, 10)
+        self.rnn = getattr(nn, kind)(7, 10, batch_first=True)
         self.head = nn.Linear(10, 3)
-        self.h0 = nn.Parameter(np.zeros((1, 10), np.float32))  # a learned initial state
+        self.h0 = nn.Parameter(np.zeros((1, 1, 10), np.float32))  # a learned initial state
 
     def forward(self, x):
         n = x.shape[0]
-        h0 = tg.broadcast_to(self.h0, (n, 10))
+        h0 = tg.broadcast_to(self.h0, (1, n, 10))
         if isinstance(self.rnn, nn.LSTM):
             out, (h, c) = self.rnn(x, (h0, h0 * 0.5))
-            return self.head(out[:, -1] + c)
+            return self.head(out[:, -1] + c[0])
         out, h = self.rnn(x, h0)
-        return self.head(out.mean(axis=1) + h)
+        return self.head(out.mean(axis=1) + h[0])
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])

@@ -34,7 +34,7 @@ def test_rebound_parameter_is_read_after_rebinding():
     lin.weight = nn.Parameter(np.zeros((2, 3), np.float32))
     lin.bias = nn.Parameter(np.full(2, 0.5, np.float32))
     assert f(x).item() == 1.0
-    assert f.retraces == ["a parameter or sub-module of Linear was replaced"]
+    assert f.retraces == ["a parameter, buffer or sub-module of Linear was replaced"]
 
 
 def test_replaced_parameter_array_retraces():

@@ -26,12 +26,12 @@ class _TinyRNN(nn.Module):
     def __init__(self, cell=nn.RNN):
         super().__init__()
         rng = np.random.default_rng(0)
-        self.rnn = cell(3, 2, rng=rng)
+        self.rnn = cell(3, 2, batch_first=True, rng=rng)
         self.head = nn.Linear(2, 1, rng=rng)
 
     def forward(self, x):
-        _, h = self.rnn(x)
-        return self.head(h[0] if isinstance(h, tuple) else h)
+        _, h = self.rnn(x)  # h_n (1, N, 2), or (h_n, c_n)
+        return self.head((h[0] if isinstance(h, tuple) else h)[0])
 
 
 def test_flops_linear_stack_hand_count():

@@ -121,9 +121,9 @@ def test_layer_defaults_xavier_weights_zero_biases():
     lstm = nn.LSTM(30, 20, rng=rng)
     b = math.sqrt(6 / 50)  # per gate block (20, 30)
     for k in range(4):
-        blk = lstm.weight_ih.data[20 * k : 20 * (k + 1)]
+        blk = lstm.weight_ih_l0.data[20 * k : 20 * (k + 1)]
         assert np.abs(blk).max() <= b and np.abs(blk).max() > 0.9 * b
-    assert np.all(lstm.bias_ih.data == 0) and np.all(lstm.bias_hh.data == 0)
+    assert np.all(lstm.bias_ih_l0.data == 0) and np.all(lstm.bias_hh_l0.data == 0)
     emb = nn.Embedding(1000, 50, rng=rng)  # the exception: unit-normal rows
     w = emb.weight.data
     assert abs(w.mean()) < 0.01 and abs(w.std() - 1.0) < 0.01

@@ -40,13 +40,13 @@ def _check(ours_fn, theirs_fn, logits, target, target_grad=False):
 def test_cross_entropy_int_labels(reduction):
     labels = np.array([0, 3, 3, 1, 4, 2])
     _check(
-        lambda a, t: F.cross_entropy(a, t, reduction),
+        lambda a, t: F.cross_entropy(a, t, reduction=reduction),
         lambda b, t: TF.cross_entropy(b, t, reduction=reduction),
         _x((6, 5)),
         labels,
     )
     _check(
-        lambda a, t: nn.CrossEntropyLoss(reduction)(a, t),
+        lambda a, t: nn.CrossEntropyLoss(reduction=reduction)(a, t),
         lambda b, t: torch.nn.CrossEntropyLoss(reduction=reduction)(b, t),
         _x((6, 5), seed=1),
         labels.astype(np.int32),
@@ -57,14 +57,14 @@ def test_cross_entropy_int_labels(reduction):
 def test_cross_entropy_probability_targets(reduction):
     p = np.random.default_rng(2).dirichlet(np.ones(5), size=6).astype(np.float32)
     _check(
-        lambda a, t: F.cross_entropy(a, t, reduction),
+        lambda a, t: F.cross_entropy(a, t, reduction=reduction),
         lambda b, t: TF.cross_entropy(b, t, reduction=reduction),
         _x((6, 5)),
         p,
     )
     onehot = np.eye(5, dtype=np.float32)[[1, 0, 4, 4, 2, 3]]
     _check(
-        lambda a, t: F.cross_entropy(a, t, reduction),
+        lambda a, t: F.cross_entropy(a, t, reduction=reduction),
         lambda b, t: TF.cross_entropy(b, t, reduction=reduction),
         _x((6, 5), seed=3),
         onehot,
@@ -80,13 +80,13 @@ def test_cross_entropy_large_logits_are_stable():
 def test_bce_with_logits(reduction):
     t = np.random.default_rng(4).integers(0, 2, (4, 3)).astype(np.float32)
     _check(
-        lambda a, tt: F.binary_cross_entropy_with_logits(a, tt, reduction),
+        lambda a, tt: F.binary_cross_entropy_with_logits(a, tt, reduction=reduction),
         lambda b, tt: TF.binary_cross_entropy_with_logits(b, tt, reduction=reduction),
         _x((4, 3), scale=10.0),
         t,
     )
     _check(
-        lambda a, tt: nn.BCEWithLogitsLoss(reduction)(a, tt),
+        lambda a, tt: nn.BCEWithLogitsLoss(reduction=reduction)(a, tt),
         lambda b, tt: torch.nn.BCEWithLogitsLoss(reduction=reduction)(b, tt),
         _x((7, 1)),
         np.random.default_rng(6).uniform(size=(7, 1)).astype(np.float32),
@@ -105,13 +105,13 @@ def test_bce_accepts_integer_targets():
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_mse(reduction):
     _check(
-        lambda a, t: F.mse_loss(a, t, reduction),
+        lambda a, t: F.mse_loss(a, t, reduction=reduction),
         lambda b, t: TF.mse_loss(b, t, reduction=reduction),
         _x((4, 3)),
         _x((4, 3), seed=9),
         target_grad=True,
     )
-    assert repr(nn.MSELoss("sum")) == "MSELoss(reduction='sum')"
+    assert repr(nn.MSELoss(reduction="sum")) == "MSELoss(reduction='sum')"
 
 
 def test_loss_errors():
@@ -124,8 +124,10 @@ def test_loss_errors():
         F.cross_entropy(logits, np.array([0, 1, 2, 2, 1]))
     with pytest.raises(tg.ShapeError, match=r"logits' shape \(4, 3\), got \(4, 2\)"):
         F.cross_entropy(logits, np.zeros((4, 2), np.float32))
-    with pytest.raises(tg.ShapeError, match=r"logits must be \(N, C\)"):
+    with pytest.raises(tg.ShapeError, match=r"labels must have shape \(\) .*\(4,\), got \(1,\)"):
         F.cross_entropy(tg.tensor(_x((4,))), np.array([0]))
+    with pytest.raises(tg.ShapeError, match=r"logits must be \(N, C\)"):
+        F.cross_entropy(tg.tensor(np.float32(1.0)), np.array(0))
     with pytest.raises(tg.DTypeError, match="float64"):
         F.cross_entropy(logits, np.eye(3)[[0, 1, 2, 0]])
     with pytest.raises(TypeError, match="integer labels or float"):
@@ -135,6 +137,14 @@ def test_loss_errors():
     with pytest.raises(tg.ShapeError, match=r"mse_loss: target shape \(3,\)"):
         F.mse_loss(tg.tensor(_x((3, 1))), np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="reduction"):
-        nn.MSELoss("avg")
+        nn.MSELoss(reduction="avg")
+    with pytest.raises(
+        TypeError,
+        match=r"MSELoss: size_average is PyTorch's deprecated flag.*"
+        r"reduction=",
+    ):
+        nn.MSELoss("sum")  # PyTorch's first argument is size_average, not reduction
+    with pytest.raises(TypeError, match="cross_entropy: weight must be class weights.*reduction="):
+        F.cross_entropy(logits, np.array([0, 1, 2, 0]), "sum")
     with pytest.raises(ValueError, match="reduction"):
         F.cross_entropy(logits, np.array([0, 1, 2, 0]), reduction="max")

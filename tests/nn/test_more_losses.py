@@ -23,37 +23,37 @@ Q[0, 1] = 0.0  # a zero target probability contributes nothing to the KL diverge
 
 CASES = {
     "l1": (
-        lambda x, r: F.l1_loss(x, T, r),
+        lambda x, r: F.l1_loss(x, T, reduction=r),
         lambda x, r: TF.l1_loss(x, torch.tensor(T), reduction=r),
         X,
     ),
     "smooth_l1": (
-        lambda x, r: F.smooth_l1_loss(x, T, r, beta=0.7),
+        lambda x, r: F.smooth_l1_loss(x, T, reduction=r, beta=0.7),
         lambda x, r: TF.smooth_l1_loss(x, torch.tensor(T), reduction=r, beta=0.7),
         X,
     ),
     "huber": (
-        lambda x, r: F.huber_loss(x, T, r, delta=1.3),
+        lambda x, r: F.huber_loss(x, T, reduction=r, delta=1.3),
         lambda x, r: TF.huber_loss(x, torch.tensor(T), reduction=r, delta=1.3),
         X,
     ),
     "bce": (
-        lambda x, r: F.binary_cross_entropy(x, Y, r),
+        lambda x, r: F.binary_cross_entropy(x, Y, reduction=r),
         lambda x, r: TF.binary_cross_entropy(x, torch.tensor(Y), reduction=r),
         P,
     ),
     "kl": (
-        lambda x, r: F.kl_div(x, Q, r),
+        lambda x, r: F.kl_div(x, Q, reduction=r),
         lambda x, r: TF.kl_div(x, torch.tensor(Q), reduction=r),
         LOGP,
     ),
     "kl_log_target": (
-        lambda x, r: F.kl_div(x, np.log(Q + 1e-3), r, log_target=True),
+        lambda x, r: F.kl_div(x, np.log(Q + 1e-3), reduction=r, log_target=True),
         lambda x, r: TF.kl_div(x, torch.tensor(np.log(Q + 1e-3)), reduction=r, log_target=True),
         LOGP,
     ),
     "mse": (
-        lambda x, r: F.mse_loss(x, T, r),
+        lambda x, r: F.mse_loss(x, T, reduction=r),
         lambda x, r: TF.mse_loss(x, torch.tensor(T), reduction=r),
         X,
     ),
@@ -79,11 +79,11 @@ def test_losses_match_torch(name, reduction):
 
 def test_kl_batchmean_and_bce_clamp():
     x = tg.tensor(LOGP, requires_grad=True)
-    got = F.kl_div(x, Q, "batchmean")
+    got = F.kl_div(x, Q, reduction="batchmean")
     want = TF.kl_div(torch.tensor(LOGP), torch.tensor(Q), reduction="batchmean")
     assert got.item() == pytest.approx(want.item(), rel=1e-12)
     edge = np.array([0.0, 1.0, 0.5])
-    got = F.binary_cross_entropy(tg.tensor(edge), np.array([1.0, 0.0, 1.0]), "none")
+    got = F.binary_cross_entropy(tg.tensor(edge), np.array([1.0, 0.0, 1.0]), reduction="none")
     want = TF.binary_cross_entropy(
         torch.tensor(edge), torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64), reduction="none"
     )
@@ -102,7 +102,7 @@ def test_nll_loss_with_weights_and_ignore_index(reduction):
     ty.sum().backward()
     np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(x.grad, tx.grad.numpy(), rtol=1e-12)
-    with pytest.raises(tg.ShapeError, match="out of range"):
+    with pytest.raises(IndexError, match="label 5 is out of range for 5 classes"):
         F.nll_loss(tg.tensor(LOGP), np.array([0, 1, 2, 5]))
 
 
@@ -123,10 +123,10 @@ def test_loss_modules_call_the_functions():
     assert nn.SmoothL1Loss(beta=0.5)(x, T).item() == F.smooth_l1_loss(x, T, beta=0.5).item()
     assert nn.HuberLoss("sum", 2.0)(x, T).item() == F.huber_loss(x, T, "sum", 2.0).item()
     assert nn.BCELoss()(tg.tensor(P), Y).item() == F.binary_cross_entropy(tg.tensor(P), Y).item()
-    assert nn.KLDivLoss("batchmean")(tg.tensor(LOGP), Q).item() == pytest.approx(
-        F.kl_div(tg.tensor(LOGP), Q, "batchmean").item()
+    assert nn.KLDivLoss(reduction="batchmean")(tg.tensor(LOGP), Q).item() == pytest.approx(
+        F.kl_div(tg.tensor(LOGP), Q, reduction="batchmean").item()
     )
     ids = np.array([1, 2, 0, 4])
     assert nn.NLLLoss()(tg.tensor(LOGP), ids).item() == F.nll_loss(tg.tensor(LOGP), ids).item()
-    with pytest.raises(ValueError, match="unknown reduction"):
-        nn.KLDivLoss("avg")
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        nn.KLDivLoss(reduction="avg")

@@ -42,7 +42,8 @@ def test_compiled_recurrent_steps_allocate_at_most_64_kib(kind):
     from tapegrad import nn, optim
 
     rng = np.random.default_rng(0)
-    layer, head = getattr(nn, kind)(28, 32, rng=rng), nn.Linear(32, 10, rng=rng)
+    layer = getattr(nn, kind)(28, 32, batch_first=True, rng=rng)
+    head = nn.Linear(32, 10, rng=rng)
     opt = optim.Adam([*layer.parameters(), *head.parameters()], lr=1e-3)
 
     class Model(nn.Module):
@@ -51,8 +52,8 @@ def test_compiled_recurrent_steps_allocate_at_most_64_kib(kind):
             self.layer, self.head = layer, head
 
         def forward(self, x):
-            state = self.layer(x)[1]
-            return self.head(state[0] if kind == "LSTM" else state)
+            state = self.layer(x)[1]  # h_n, or (h_n, c_n): (layers, N, 32)
+            return self.head((state[0] if kind == "LSTM" else state)[0])
 
     model = Model()
     trainer = Trainer(model, opt, "multiclass", progress=False, log=None)

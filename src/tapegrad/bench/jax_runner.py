@@ -38,14 +38,14 @@ def forward(preset: str):
         return _dense(p, "7", x, bias=False)
 
     def seed_rnn(p, x):
+        def w(name):  # the recurrent layer's names, PyTorch's (_l0) or tapegrad's former ones
+            return p[f"rnn.{name}_l0"] if f"rnn.{name}_l0" in p else p[f"rnn.{name}"]
+
         x = x.reshape(x.shape[0], 4, -1)
-        h = jnp.zeros((x.shape[0], p["rnn.weight_hh"].shape[0]), x.dtype)
+        h = jnp.zeros((x.shape[0], w("weight_hh").shape[0]), x.dtype)
         for t in range(x.shape[1]):
             h = jnp.tanh(
-                x[:, t] @ p["rnn.weight_ih"].T
-                + p["rnn.bias_ih"]
-                + h @ p["rnn.weight_hh"].T
-                + p["rnn.bias_hh"]
+                x[:, t] @ w("weight_ih").T + w("bias_ih") + h @ w("weight_hh").T + w("bias_hh")
             )
         return _dense(p, "head", h)
 

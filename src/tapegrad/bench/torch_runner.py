@@ -1,6 +1,6 @@
 """PyTorch's side of a benchmark: the preset's architecture as an eager ``nn.Module``, trained
 with ``torch.optim`` the way a PyTorch user writes it. Parameter names match tapegrad's (the
-recurrent layer's carry torch's ``_l0`` suffix), so tapegrad's exported weights load 1:1."""
+recurrent layer's ``weight_ih_l0``, ... as well), so tapegrad's exported weights load 1:1."""
 
 from __future__ import annotations
 
@@ -72,12 +72,14 @@ def build(preset: str, weights: dict[str, np.ndarray]) -> nn.Module:
 
 
 def load_tapegrad_weights(model: nn.Module, weights: dict[str, np.ndarray]) -> None:
-    """Copy tapegrad's state dict in; torch's ``weight_ih_l0`` is tapegrad's ``weight_ih``."""
-    state = {}
+    """Copy tapegrad's state dict in (names are the same; weights saved by tapegrad versions
+    before the recurrent layers took PyTorch's ``_l0`` names load too)."""
+    state, used = {}, set()
     for name in model.state_dict():
-        source = name[:-3] if name.endswith("_l0") else name
+        source = name if name in weights or not name.endswith("_l0") else name[:-3]
         state[name] = torch.from_numpy(np.ascontiguousarray(weights[source]))
-    extra = set(weights) - {n[:-3] if n.endswith("_l0") else n for n in state}
+        used.add(source)
+    extra = set(weights) - used
     if extra:
         raise ValueError(f"torch runner: tapegrad weights {sorted(extra)} have no place")
     model.load_state_dict(state, strict=True)

@@ -4,6 +4,9 @@
 >>> ds = data.mnist()                         # doctest: +SKIP
 >>> for xb, yb in data.Batches(ds.train.x, ds.train.y, 100, seed=0):  # doctest: +SKIP
 ...     ...
+>>> train = data.TensorDataset(ds.train.x, ds.train.y)   # doctest: +SKIP
+>>> for xb, yb in data.DataLoader(train, batch_size=64, shuffle=True):  # doctest: +SKIP
+...     ...
 
 Where files are looked for, and in which order, is described in :mod:`tapegrad.data.paths`;
 :func:`describe` reports what was found.
@@ -13,6 +16,7 @@ from .batches import Batches
 from .embeddings import GloveVectors, glove
 from .errors import DatasetError, DatasetNotFoundError
 from .idx import parse_idx, read_idx
+from .loader import DataLoader, Dataset, Subset, TensorDataset, default_collate, random_split
 from .paths import (
     DATASETS,
     cache_dir,
@@ -31,6 +35,12 @@ __all__ = [
     "imdb",
     "glove",
     "Batches",
+    "Dataset",
+    "TensorDataset",
+    "Subset",
+    "random_split",
+    "DataLoader",
+    "default_collate",
     "describe",
     "resolve",
     "cache_dir",

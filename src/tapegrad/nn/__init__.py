@@ -4,36 +4,21 @@
     model = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
     loss = nn.functional.cross_entropy(model(x), labels)
 
-Layout: ``parameter.py`` (Parameter), ``module.py`` (Module, Sequential, ModuleList),
+Layout: ``parameter.py`` (Parameter), ``module.py`` (Module, Sequential, ModuleList, buffers),
 ``layers/`` (one file per layer family), ``losses.py`` (loss modules), ``functional.py``
-(stateless forms of all of them), ``init.py`` (initialisers and the seedable default generator).
+(stateless forms of all of them; the larger families in ``_functional/``: normalisation,
+pooling and resizing, attention, losses), ``init.py`` (initialisers and the seedable default
+generator).
 """
 
 from . import functional, init
-from .layers import (
-    GRU,
-    LSTM,
-    RNN,
-    Conv1d,
-    Conv2d,
-    Dropout,
-    Embedding,
-    Flatten,
-    Identity,
-    Linear,
-    LogSoftmax,
-    MaxPool1d,
-    MaxPool2d,
-    Permute,
-    ReLU,
-    Reshape,
-    Sigmoid,
-    Softmax,
-    Tanh,
-)
+from .layers import *  # noqa: F403
+from .layers import __all__ as _layers
 from .losses import (
     BCELoss,
     BCEWithLogitsLoss,
+    CosineEmbeddingLoss,
+    CosineSimilarity,
     CrossEntropyLoss,
     HuberLoss,
     KLDivLoss,
@@ -57,25 +42,7 @@ __all__ = [
     "Sequential",
     "StateDictError",
     "LoadResult",
-    "Linear",
-    "Conv1d",
-    "Conv2d",
-    "MaxPool1d",
-    "MaxPool2d",
-    "Flatten",
-    "Permute",
-    "Reshape",
-    "Embedding",
-    "RNN",
-    "LSTM",
-    "GRU",
-    "Dropout",
-    "ReLU",
-    "Tanh",
-    "Sigmoid",
-    "Identity",
-    "Softmax",
-    "LogSoftmax",
+    *_layers,
     "CrossEntropyLoss",
     "BCEWithLogitsLoss",
     "MSELoss",
@@ -85,4 +52,6 @@ __all__ = [
     "BCELoss",
     "KLDivLoss",
     "NLLLoss",
+    "CosineEmbeddingLoss",
+    "CosineSimilarity",
 ]

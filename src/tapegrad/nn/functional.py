@@ -5,9 +5,9 @@ Each composes engine primitives (``tapegrad.ops``); the modules in :mod:`tapegra
 hold parameters and call these. Argument orders follow the names PyTorch users know
 (``embedding(indices, weight)``, ``cross_entropy(logits, target)``).
 
-Recurrent functions take time-major or batch-first input and return batch-first outputs by
-default; the input projection ``x @ W_ih^T`` is one matrix product over all time steps, and only
-the recurrence ``h @ W_hh^T`` runs step by step.
+Recurrent functions take time-major input ``(T, N, I)`` by default (``batch_first=True``:
+``(N, T, I)``) and return outputs in the same layout; the input projection ``x @ W_ih^T`` is one
+matrix product over all time steps, and only the recurrence ``h @ W_hh^T`` runs step by step.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff import ops
-from ..autodiff.errors import DTypeError, ShapeError
+from ..autodiff.errors import ShapeError
+from ..autodiff.graph import no_grad
 from ..autodiff.tensor import Tensor
 from . import init as _init
 
@@ -170,6 +171,28 @@ def dropout(
     return x * ops.dropout_mask(x, p=float(p), rng=gen)
 
 
+def dropout2d(
+    x: ArrayLike, p: float = 0.5, training: bool = True, rng: np.random.Generator | None = None
+) -> Tensor:
+    """Channel dropout: zero whole channels of ``x (N, C, H, W)`` (or ``(N, C, L)``) with
+    probability ``p``, one draw per sample and channel, and scale the kept ones by
+    ``1 / (1 - p)``. Identity when ``training`` is false or ``p == 0``; masks come from
+    ``rng`` (default ``nn.init``'s generator; a compiled step draws afresh every call)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout2d: p must be in [0, 1], got {p}")
+    if not isinstance(x, Tensor):
+        x = Tensor(x)
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"dropout2d: input must be (N, C, H, W) or (N, C, L), got {x.shape}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * np.zeros(x.shape, dtype=x.dtype)
+    gen = rng if rng is not None else _init.default_generator()
+    one_per_channel = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.ndim - 2)]
+    return x * ops.dropout_mask(one_per_channel, p=float(p), rng=gen)
+
+
 # -- convolution, pooling, embedding -----------------------------------------------------------
 def conv1d(x: ArrayLike, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0):
     """1-D convolution (cross-correlation) of ``x (N, C, L)`` with ``weight (O, C, K)``."""
@@ -192,11 +215,26 @@ def max_pool2d(x: ArrayLike, kernel_size, stride=None) -> Tensor:
     return ops.max_pool2d(x, kernel_size, stride)
 
 
-def embedding(indices, weight: Tensor) -> Tensor:
+def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of ``weight (num, dim)`` picked by integer ``indices``, giving shape
     ``indices.shape + (dim,)``. Repeated indices accumulate their gradients. Non-integer or
-    out-of-range indices raise (checked by the primitive's wrapper)."""
-    return ops.embedding(weight, indices)
+    out-of-range indices raise (checked by the primitive's wrapper).
+
+    ``padding_idx``: that row is looked up as usual but gets no gradient (the positions that
+    pick it contribute theirs to nothing), so a padding vector stays as it is while training.
+    """
+    out = ops.embedding(weight, indices)
+    if padding_idx is None:
+        return out
+    num = weight.shape[0]
+    if not -num <= padding_idx < num:
+        raise IndexError(f"embedding: padding_idx {padding_idx} is out of range for {num} rows")
+    pad = padding_idx % num
+    with no_grad():  # the same rows, without a path back to the table
+        frozen = ops.embedding(weight, indices)
+    idx = indices if isinstance(indices, Tensor) else Tensor(np.asarray(indices))
+    is_pad = ops.expand_dims(ops.equal(idx, pad), -1)
+    return ops.where(is_pad, frozen, out)
 
 
 # -- recurrent ---------------------------------------------------------------------------------
@@ -210,7 +248,8 @@ def _time_major_projection(op: str, x, weight_ih, bias, batch_first: bool):
     result viewed time-major: the scans write their input gradient in that layout too, so no
     step copies the input or the gradient into time-major order."""
     if x.ndim != 3:
-        raise ShapeError(f"{op}: input must be 3-D (batch, time, features), got {x.shape}")
+        layout = "(batch, time, features)" if batch_first else "(time, batch, features)"
+        raise ShapeError(f"{op}: input must be 3-D {layout}, got {x.shape}")
     if x.shape[1 if batch_first else 0] == 0:
         raise ShapeError(f"{op}: the input has no time steps (no last state), got {x.shape}")
     xp = linear(x, weight_ih, bias)
@@ -224,11 +263,61 @@ def _bias_sum(b1, b2):
 
 
 def rnn_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh"):
-    """One Elman step ``act(x @ W_ih^T + b_ih + h @ W_hh^T + b_hh)``; ``x (N, I)``, ``h (N, H)``."""
-    pre = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh)) + ops.matmul(
-        h, ops.transpose(weight_hh)
-    )
+    """One Elman step ``act(x @ W_ih^T + b_ih + h @ W_hh^T + b_hh)``; ``x (N, I)``, ``h (N, H)``
+    (``None``: zeros)."""
+    if nonlinearity not in _NONLIN:
+        raise ValueError(f"rnn_cell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+    pre = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
+    if h is not None:
+        pre = pre + ops.matmul(h, ops.transpose(weight_hh))
     return _NONLIN[nonlinearity](pre)
+
+
+def recurrent_layer(
+    mode: str,
+    x: ArrayLike,
+    weight_ih: Tensor,
+    weight_hh: Tensor,
+    bias_ih: Tensor | None = None,
+    bias_hh: Tensor | None = None,
+    state=None,
+    batch_first: bool = False,
+):
+    """One recurrent layer in one direction over a whole sequence, with one fused scan:
+    returns ``(hidden states (T, N, H) time-major, final state)``; the final state is ``h``
+    ``(N, H)`` (``mode`` "tanh", "relu", "gru") or ``(h, c)`` ("lstm"). ``state`` (``h0``, or
+    ``(h0, c0)``) defaults to zeros. The building block of :func:`rnn`, :func:`lstm`,
+    :func:`gru` and the layers' stacked and bidirectional forms."""
+    if mode in _NONLIN:
+        xp = _time_major_projection("rnn", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+        zero_h0 = state is None  # the scan then skips step 0's product with the zero state
+        h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype) if zero_h0 else state
+        hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=mode, zero_h0=zero_h0)
+        return hs, hs[xp.shape[0] - 1]
+    if mode == "lstm":
+        xp = _time_major_projection("lstm", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
+        T, N = xp.shape[0], xp.shape[1]
+        if state is None:
+            zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
+            state = (zeros, zeros)
+        out = ops.lstm_scan(xp, weight_hh, *state)  # (2, T, N, H): hidden and cell states
+        hs = out[0]
+        return hs, (hs[T - 1], out[1, T - 1])
+    if mode == "gru":
+        xp = _time_major_projection("gru", x, weight_ih, bias_ih, batch_first)
+        G = weight_hh.shape[0]
+        h0 = state
+        if h0 is None:
+            h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)
+        if bias_hh is None:
+            bias_hh = np.zeros(G, dtype=xp.dtype)
+        hs = ops.gru_scan(xp, weight_hh, bias_hh, h0)  # (T, N, H), one rule
+        return hs, hs[xp.shape[0] - 1]
+    raise ValueError(f"recurrent_layer: mode must be 'tanh', 'relu', 'lstm' or 'gru', got {mode!r}")
+
+
+def _batch_layout(hs: Tensor, batch_first: bool) -> Tensor:
+    return ops.permute(hs, (1, 0, 2)) if batch_first else hs
 
 
 def rnn(
@@ -239,22 +328,20 @@ def rnn(
     bias_hh: Tensor | None = None,
     h0: ArrayLike | None = None,
     nonlinearity: str = "tanh",
-    batch_first: bool = True,
+    batch_first: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Elman RNN over a sequence; returns (all hidden states, last hidden state ``(N, H)``).
+    """Elman RNN over a sequence (one layer, one direction); returns (all hidden states, last
+    hidden state ``(N, H)``).
 
-    ``x`` is ``(N, T, I)`` (``(T, N, I)`` when ``batch_first=False``); ``h0`` defaults to zeros.
-    Both biases are added once, inside the input projection.
+    ``x`` is ``(T, N, I)`` (``(N, T, I)`` when ``batch_first``), and so are the outputs;
+    ``h0 (N, H)`` defaults to zeros. Both biases are added once, inside the input projection.
     """
     if nonlinearity not in _NONLIN:
         raise ValueError(f"rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-    xp = _time_major_projection("rnn", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    zero_h0 = h0 is None  # the scan then skips step 0's product with the zero state
-    if zero_h0:
-        h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype)
-    hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=nonlinearity, zero_h0=zero_h0)
-    last = hs[xp.shape[0] - 1]
-    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), last
+    hs, last = recurrent_layer(
+        nonlinearity, x, weight_ih, weight_hh, bias_ih, bias_hh, h0, batch_first
+    )
+    return _batch_layout(hs, batch_first), last
 
 
 def _lstm_step(gx, h, c, whh_t, hidden):
@@ -269,8 +356,9 @@ def _lstm_step(gx, h, c, whh_t, hidden):
 
 
 def lstm_cell(x, state, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
-    """One LSTM step; ``state = (h, c)`` each ``(N, H)``; gates stacked in order i, f, g, o."""
-    h, c = state
+    """One LSTM step; ``state = (h, c)`` each ``(N, H)`` (``None``: zeros); gates stacked in
+    order i, f, g, o."""
+    h, c = (None, None) if state is None else state
     gx = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
     return _lstm_step(gx, h, c, ops.transpose(weight_hh), weight_hh.shape[1])
 
@@ -282,21 +370,18 @@ def lstm(
     bias_ih: Tensor | None = None,
     bias_hh: Tensor | None = None,
     state: tuple[ArrayLike, ArrayLike] | None = None,
-    batch_first: bool = True,
+    batch_first: bool = False,
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """LSTM over a sequence; returns (outputs, (h, c)) with ``h, c`` of shape ``(N, H)``.
+    """LSTM over a sequence (one layer, one direction); returns (outputs, (h, c)) with ``h, c``
+    of shape ``(N, H)``; layouts as in :func:`rnn`.
 
     Weights stack the gates as ``[i; f; g; o]`` (``weight_ih (4H, I)``, ``weight_hh (4H, H)``);
     ``c' = f*c + i*g``, ``h' = o*tanh(c')``. ``state`` defaults to zeros.
     """
-    xp = _time_major_projection("lstm", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
-    T, N = xp.shape[0], xp.shape[1]
-    if state is None:
-        zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
-        state = (zeros, zeros)
-    out = ops.lstm_scan(xp, weight_hh, *state)  # (2, T, N, H): hidden and cell states
-    hs = out[0]
-    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), (hs[T - 1], out[1, T - 1])
+    hs, last = recurrent_layer(
+        "lstm", x, weight_ih, weight_hh, bias_ih, bias_hh, state, batch_first
+    )
+    return _batch_layout(hs, batch_first), last
 
 
 def _gru_step(gx, h, whh_t, bias_hh, hidden):
@@ -318,7 +403,8 @@ def _gru_step(gx, h, whh_t, bias_hh, hidden):
 
 
 def gru_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
-    """One GRU step; gates stacked in order r, z, n; ``h' = (1 - z) * n + z * h``."""
+    """One GRU step; gates stacked in order r, z, n; ``h' = (1 - z) * n + z * h`` (``h``
+    ``None``: zeros)."""
     gx = linear(x, weight_ih, bias_ih)
     return _gru_step(gx, h, ops.transpose(weight_hh), bias_hh, weight_hh.shape[1])
 
@@ -330,227 +416,45 @@ def gru(
     bias_ih: Tensor | None = None,
     bias_hh: Tensor | None = None,
     h0: ArrayLike | None = None,
-    batch_first: bool = True,
+    batch_first: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """GRU over a sequence; returns (outputs, last hidden ``(N, H)``).
+    """GRU over a sequence (one layer, one direction); returns (outputs, last hidden
+    ``(N, H)``); layouts as in :func:`rnn`.
 
     Gates stacked ``[r; z; n]``: ``r, z = sigmoid(W_i x + b_i + W_h h + b_h)``,
     ``n = tanh(W_in x + b_in + r * (W_hn h + b_hn))``, ``h' = (1 - z) * n + z * h``.
     ``b_hh`` stays inside the recurrence because ``r`` multiplies its ``n`` part.
     """
-    xp = _time_major_projection("gru", x, weight_ih, bias_ih, batch_first)
-    G = weight_hh.shape[0]
-    if h0 is None:
-        h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)
-    if bias_hh is None:
-        bias_hh = np.zeros(G, dtype=xp.dtype)
-    hs = ops.gru_scan(xp, weight_hh, bias_hh, h0)  # (T, N, H), one rule
-    return (ops.permute(hs, (1, 0, 2)) if batch_first else hs), hs[xp.shape[0] - 1]
+    hs, last = recurrent_layer("gru", x, weight_ih, weight_hh, bias_ih, bias_hh, h0, batch_first)
+    return _batch_layout(hs, batch_first), last
 
 
-# -- losses ------------------------------------------------------------------------------------
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_reduction(fname: str, reduction: str) -> None:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{fname}: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-
-
-def _target_array(target) -> np.ndarray:
-    return np.asarray(target.data if isinstance(target, Tensor) else target)
-
-
-def _float_target(fname: str, target, logits: Tensor):
-    """Float targets must share the logits' dtype; integer/bool ones are lifted to it."""
-    arr = _target_array(target)
-    if arr.dtype.kind in "biu":
-        return arr.astype(logits.dtype)
-    if arr.dtype.kind != "f":
-        raise TypeError(f"{fname}: target must be numeric, got dtype {arr.dtype}")
-    if arr.dtype != logits.dtype:
-        raise DTypeError(
-            f"{fname}: target has dtype {arr.dtype}, logits have {logits.dtype}; cast one "
-            f"explicitly (tapegrad never promotes silently)"
-        )
-    return target if isinstance(target, Tensor) else arr
-
-
-def cross_entropy(logits: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Softmax cross-entropy of ``logits (N, C)``, fused and stable.
-
-    ``target`` is either integer class labels ``(N,)`` in ``[0, C)`` or float class
-    probabilities / one-hot rows ``(N, C)``. ``reduction``: "mean" over the batch, "sum", or
-    "none" (one loss per sample).
-    """
-    _check_reduction("cross_entropy", reduction)
-    if logits.ndim != 2:
-        raise ShapeError(f"cross_entropy: logits must be (N, C), got shape {logits.shape}")
-    n, c = logits.shape
-    arr = _target_array(target)
-    if arr.dtype.kind in "iu":
-        if arr.shape != (n,):
-            raise ShapeError(
-                f"cross_entropy: integer labels must have shape ({n},) for logits {logits.shape}, "
-                f"got {arr.shape}"
-            )
-        if arr.size and (arr.min() < 0 or arr.max() >= c):
-            bad = arr[(arr < 0) | (arr >= c)][0]
-            raise IndexError(
-                f"cross_entropy: label {bad} is out of range for {c} classes (valid: 0..{c - 1})"
-            )
-        return ops.softmax_cross_entropy(logits, arr, reduction=reduction)
-    if arr.dtype.kind == "f":
-        if arr.shape != (n, c):
-            raise ShapeError(
-                f"cross_entropy: probability targets must have the logits' shape {logits.shape}, "
-                f"got {arr.shape}"
-            )
-        return ops.softmax_cross_entropy(
-            logits, _float_target("cross_entropy", target, logits), reduction=reduction
-        )
-    raise TypeError(
-        f"cross_entropy: target must be integer labels or float probabilities, got {arr.dtype}"
-    )
-
-
-def binary_cross_entropy_with_logits(logits: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Sigmoid + binary cross-entropy in one stable step; ``target`` (0/1 or probabilities) has
-    the logits' shape."""
-    name = "binary_cross_entropy_with_logits"
-    _check_reduction(name, reduction)
-    arr = _target_array(target)
-    if arr.shape != logits.shape:
-        raise ShapeError(f"{name}: target shape {arr.shape} differs from logits {logits.shape}")
-    return ops.bce_with_logits(logits, _float_target(name, target, logits), reduction=reduction)
-
-
-def _pointwise_loss(name: str, input: Tensor, target, reduction: str, fn) -> Tensor:
-    """``fn(input, target)`` per entry (shapes must match; the target takes the input's float
-    dtype), then the reduction: "mean" over every entry, "sum", or "none"."""
-    _check_reduction(name, reduction)
-    arr = _target_array(target)
-    if arr.shape != input.shape:
-        raise ShapeError(f"{name}: target shape {arr.shape} differs from input {input.shape}")
-    t = target if isinstance(target, Tensor) else Tensor(_float_target(name, arr, input))
-    per = fn(input, t)
-    if reduction == "mean":
-        return ops.mean(per)
-    if reduction == "sum":
-        return ops.sum(per)
-    return per
-
-
-def mse_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Mean squared error ``(input - target)^2``, averaged ("mean"), summed or per entry."""
-
-    def sq(x, t):
-        d = x - t
-        return d * d
-
-    return _pointwise_loss("mse_loss", input, target, reduction, sq)
-
-
-def l1_loss(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Mean absolute error ``|input - target|``."""
-    return _pointwise_loss("l1_loss", input, target, reduction, lambda x, t: ops.absolute(x - t))
-
-
-def smooth_l1_loss(input: Tensor, target, reduction: str = "mean", beta: float = 1.0) -> Tensor:
-    """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - beta / 2`` elsewhere (``d = input -
-    target``; ``beta=0`` is the L1 loss)."""
-    if beta < 0:
-        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
-
-    def smooth(x, t):
-        a = ops.absolute(x - t)
-        if beta == 0:
-            return a
-        return ops.where(a < beta, a * a * (0.5 / beta), a - 0.5 * beta)
-
-    return _pointwise_loss("smooth_l1_loss", input, target, reduction, smooth)
-
-
-def huber_loss(input: Tensor, target, reduction: str = "mean", delta: float = 1.0) -> Tensor:
-    """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - delta / 2)`` elsewhere."""
-    if not delta > 0:
-        raise ValueError(f"huber_loss: delta must be > 0, got {delta}")
-
-    def huber(x, t):
-        a = ops.absolute(x - t)
-        return ops.where(a < delta, a * a * 0.5, (a - 0.5 * delta) * delta)
-
-    return _pointwise_loss("huber_loss", input, target, reduction, huber)
-
-
-def binary_cross_entropy(input: Tensor, target, reduction: str = "mean") -> Tensor:
-    """Binary cross-entropy of probabilities ``input`` in [0, 1] against ``target``; each log is
-    clamped at -100, as PyTorch does, so a probability of exactly 0 or 1 stays finite.
-    (On logits, :func:`binary_cross_entropy_with_logits` is the stable form.)"""
-
-    def bce(p, t):
-        log_p = ops.maximum(ops.log(p), -100.0)
-        log_q = ops.maximum(ops.log(1.0 - p), -100.0)
-        return -(t * log_p + (1.0 - t) * log_q)
-
-    with np.errstate(divide="ignore"):
-        return _pointwise_loss("binary_cross_entropy", input, target, reduction, bce)
-
-
-def kl_div(input: Tensor, target, reduction: str = "mean", log_target: bool = False) -> Tensor:
-    """KL divergence with ``input`` as log-probabilities: ``target * (log(target) - input)``
-    per entry (0 where target is 0), or with ``log_target`` ``exp(target) * (target -
-    input)``. ``reduction="batchmean"`` divides the sum by the batch size (the true KL
-    divergence per sample; "mean" averages over every entry, as PyTorch does)."""
-    batchmean = reduction == "batchmean"
-
-    def kl(x, t):
-        if log_target:
-            return ops.exp(t) * (t - x)
-        positive = t > 0
-        return ops.where(positive, t * (ops.log(ops.where(positive, t, 1.0)) - x), 0.0)
-
-    per = _pointwise_loss("kl_div", input, target, "sum" if batchmean else reduction, kl)
-    return per / max(input.shape[0], 1) if batchmean and input.ndim else per
-
-
-def nll_loss(
-    log_probs: Tensor, target, weight=None, ignore_index: int = -100, reduction: str = "mean"
-) -> Tensor:
-    """Negative log-likelihood of class ids ``target (N,)`` under ``log_probs (N, C)``, each
-    sample weighted by ``weight[target]`` (class weights ``(C,)``, default 1); samples whose
-    target is ``ignore_index`` count for nothing. "mean" divides by the weights' sum over the
-    counted samples, as PyTorch does."""
-    _check_reduction("nll_loss", reduction)
-    ids = _target_array(target)
-    if log_probs.ndim != 2 or ids.shape != (log_probs.shape[0],) or ids.dtype.kind not in "iu":
-        raise ShapeError(
-            f"nll_loss: expected log_probs (N, C) and integer targets (N,), got "
-            f"{log_probs.shape} and {ids.shape} {ids.dtype}"
-        )
-    n, c = log_probs.shape
-    keep = ids != ignore_index
-    if ((ids[keep] < 0) | (ids[keep] >= c)).any():
-        raise ShapeError(f"nll_loss: a target is out of range [0, {c}) for log_probs {(n, c)}")
-    safe = np.where(keep, ids, 0)
-    w = np.ones(c, log_probs.dtype) if weight is None else _target_array(weight)
-    if w.shape != (c,):
-        raise ShapeError(f"nll_loss: weight must have shape ({c},), got {w.shape}")
-    sample_w = (w.astype(log_probs.dtype)[safe] * keep).astype(log_probs.dtype)
-    picked = log_probs[np.arange(n), safe]
-    per = -picked * sample_w
-    if reduction == "none":
-        return per
-    total = ops.sum(per)
-    return total / sample_w.sum() if reduction == "mean" else total
-
-
-def cosine_similarity(x1: Tensor, x2: Tensor, axis: int = 1, eps: float = 1e-8) -> Tensor:
-    """``x1 . x2 / (max(|x1|, eps) * max(|x2|, eps))`` along ``axis`` (broadcasting)."""
-    n1 = ops.maximum(ops.norm(x1, axis=axis), eps)
-    n2 = ops.maximum(ops.norm(x2, axis=axis), eps)
-    return ops.sum(_t(x1) * x2, axis=axis) / (n1 * n2)
-
+# -- the families in files of their own (nn/_functional/) -------------------------------------
+from ._functional.attention import (  # noqa: E402
+    multi_head_attention_forward,
+    scaled_dot_product_attention,
+)
+from ._functional.losses import (  # noqa: E402
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cosine_embedding_loss,
+    cosine_similarity,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from ._functional.normalization import batch_norm, group_norm, layer_norm  # noqa: E402
+from ._functional.pooling import (  # noqa: E402
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    interpolate,
+)
 
 __all__ = [
     "relu",
@@ -578,6 +482,18 @@ __all__ = [
     "kl_div",
     "nll_loss",
     "cosine_similarity",
+    "cosine_embedding_loss",
+    "batch_norm",
+    "layer_norm",
+    "group_norm",
+    "avg_pool1d",
+    "avg_pool2d",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "interpolate",
+    "dropout2d",
+    "scaled_dot_product_attention",
+    "multi_head_attention_forward",
     "softmax",
     "log_softmax",
     "identity",
@@ -589,6 +505,7 @@ __all__ = [
     "max_pool2d",
     "embedding",
     "rnn_cell",
+    "recurrent_layer",
     "rnn",
     "lstm_cell",
     "lstm",

@@ -2,11 +2,18 @@
 ``ModuleList``.
 
 A Module owns Parameters and sub-Modules, registered simply by assigning them to attributes
-(``self.weight = Parameter(...)``, ``self.fc = Linear(...)``), in assignment order. From that
-registry come ``parameters()``, dotted ``named_parameters()``, ``state_dict()`` and
-``load_state_dict()``, ``train()``/``eval()`` and a nested ``repr``. Parameters live in the
+(``self.weight = Parameter(...)``, ``self.fc = Linear(...)``), in assignment order, and
+buffers: state that is not trained but belongs to the model (BatchNorm's running statistics),
+registered with ``register_buffer``. From that registry come ``parameters()``, dotted
+``named_parameters()``, ``buffers()``, ``state_dict()`` and ``load_state_dict()``,
+``train()``/``eval()``, ``to()`` and a nested ``repr``. Parameters and buffers live in the
 instance ``__dict__`` as well, so reading ``self.weight`` in ``forward`` costs a plain attribute
 lookup.
+
+A parameter shared by two modules (weight tying) is one Parameter: ``parameters()`` yields it
+once, both uses accumulate into its one gradient, and ``state_dict()`` lists it under every
+name it has (as PyTorch does, so state dicts map 1:1); loading gives each name's value to the
+same array and refuses two different values for it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ class Module:
         d = self.__dict__
         d["_parameters"] = OrderedDict()
         d["_modules"] = OrderedDict()
+        d["_buffers"] = OrderedDict()
+        d["_non_persistent"] = set()
         d["training"] = True
 
     # -- registration ---------------------------------------------------------------------
@@ -62,11 +71,18 @@ class Module:
             object.__setattr__(self, name, value)
             return
         modules = d["_modules"]
+        buffers = d.get("_buffers", {})
+        if name in buffers and not isinstance(value, (Parameter, Module)):
+            buffers[name] = _as_buffer(self, name, value)
+            object.__setattr__(self, name, buffers[name])
+            return
         if isinstance(value, Parameter):
             modules.pop(name, None)
+            buffers.pop(name, None)
             params[name] = value
         elif isinstance(value, Module):
             params.pop(name, None)
+            buffers.pop(name, None)
             modules[name] = value
         elif name in params:
             if value is not None:
@@ -88,6 +104,8 @@ class Module:
         state_changed()
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
+        self._buffers.pop(name, None)
+        self._non_persistent.discard(name)
         object.__delattr__(self, name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
@@ -97,6 +115,34 @@ class Module:
         state_changed()
         self._parameters[name] = param
         object.__setattr__(self, name, param)
+
+    def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        """Register ``tensor`` (a Tensor or an ndarray, kept as a Tensor without gradient; or
+        ``None``, an empty slot) as the buffer ``name``: state that belongs to the model but is
+        not trained, such as running statistics. Buffers are in ``buffers()``, follow
+        ``to(dtype)`` (float ones), and are saved by ``state_dict()`` unless
+        ``persistent=False``. Assigning to ``self.name`` later replaces the buffer. Inside a
+        compiled step, update a buffer in place with ``tg.assign`` so replays repeat it."""
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(
+                f"register_buffer: the name must be a non-empty string without '.', got {name!r}"
+            )
+        if "_buffers" not in self.__dict__:
+            raise AttributeError(
+                f"{type(self).__name__}: call super().__init__() before registering buffers "
+                f"(while registering {name!r})"
+            )
+        if name in self._parameters or name in self._modules:
+            raise KeyError(f"register_buffer: {name!r} is already a parameter or sub-module")
+        if name not in self._buffers and hasattr(self, name):
+            raise KeyError(f"register_buffer: attribute {name!r} already exists")
+        state_changed()
+        self._buffers[name] = _as_buffer(self, name, tensor)
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
+            self._non_persistent.add(name)
+        object.__setattr__(self, name, self._buffers[name])
 
     def add_module(self, name: str, module: Module | None) -> None:
         """Register ``module`` under ``name`` (names need not be identifiers: "0", "1", ...)."""
@@ -130,6 +176,23 @@ class Module:
         """The parameters with ``requires_grad=True``: what an optimiser should update (frozen
         ones, e.g. a pretrained Embedding, are left out)."""
         return [p for p in self.parameters() if p.requires_grad]
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """``(dotted name, buffer)`` pairs, in the order of :meth:`named_parameters` (each buffer
+        once)."""
+        seen: set[int] = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mprefix, m in mods:
+            for name, b in m._buffers.items():
+                if b is None or id(b) in seen:
+                    continue
+                seen.add(id(b))
+                yield (f"{mprefix}.{name}" if mprefix else name), b
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """Every buffer (see :meth:`named_buffers`)."""
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
         for name, m in self._modules.items():
@@ -193,18 +256,43 @@ class Module:
             p.requires_grad = bool(flag)
         return self
 
-    def to(self, dtype) -> Module:
-        """Convert every parameter to float ``dtype`` (e.g. ``np.float64`` for gradchecks).
+    def to(self, *args, dtype=None, device=None) -> Module:
+        """Convert every parameter and floating-point buffer to float ``dtype`` (e.g.
+        ``np.float64`` for gradchecks): ``to(np.float64)``, ``to(dtype=...)``. A device name
+        (``to("cpu")``, ``to("cpu", np.float64)``) is accepted for PyTorch habits; tapegrad runs
+        on the CPU, so "cpu" is the only one. Integer buffers (counters) keep their dtype.
 
-        The Parameter objects stay the same but get new arrays, so build optimisers after this.
+        The Parameter and buffer objects stay the same but get new arrays, so build optimisers
+        after this.
         """
-        dtype = np.dtype(dtype)
+        for a in args:
+            if _is_device(a):
+                device = a
+            elif dtype is None:
+                dtype = a
+            else:
+                raise TypeError(f"Module.to: unexpected argument {a!r}")
+        if device is not None and str(device).split(":")[0] != "cpu":
+            raise ValueError(f"Module.to: tapegrad runs on the CPU; got device {device!r}")
+        if dtype is None:
+            return self
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"Module.to: {dtype!r} is neither a dtype nor a device") from None
         if dtype.kind != "f":
             raise TypeError(f"Module.to: parameters must stay floating point, got {dtype}")
         for p in self.parameters():
             if p.data.dtype != dtype:
                 p.data = p.data.astype(dtype)
                 p.grad = None
+        for b in self.buffers():
+            if b.data.dtype.kind == "f" and b.data.dtype != dtype:
+                b.data = b.data.astype(dtype)
+        return self
+
+    def cpu(self) -> Module:
+        """Nothing to move (tapegrad runs on the CPU); returns the module (a PyTorch habit)."""
         return self
 
     def double(self) -> Module:
@@ -214,25 +302,43 @@ class Module:
         return self.to(np.float32)
 
     # -- state -------------------------------------------------------------------------------
+    def _state_entries(self, prefix: str = "", path: tuple = ()) -> Iterator[tuple[str, Tensor]]:
+        """``(dotted name, tensor)`` of every parameter and persistent buffer, under every name
+        (a tied parameter appears once per module holding it): own parameters, own buffers,
+        then each sub-module's, the order PyTorch's state dicts have."""
+        for name, p in self._parameters.items():
+            if p is not None:
+                yield prefix + name, p
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                yield prefix + name, b
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in path:  # a module containing itself: once
+                yield from m._state_entries(f"{prefix}{name}.", (*path, id(self)))
+
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
-        """Ordered ``name -> copy of the parameter's array`` (names as in named_parameters)."""
-        return OrderedDict((n, p.data.copy()) for n, p in self.named_parameters())
+        """Ordered ``name -> copy of the array`` of every parameter and persistent buffer
+        (module by module: its parameters, its buffers, then its sub-modules'). A parameter
+        shared by several modules is listed under each of its names."""
+        return OrderedDict((n, t.data.copy()) for n, t in self._state_entries())
 
     def load_state_dict(self, state_dict: dict, strict: bool = True) -> LoadResult:
-        """Copy values from ``state_dict`` into the parameters, in place.
+        """Copy values from ``state_dict`` into the parameters and persistent buffers, in place.
 
-        Everything is checked first: with ``strict`` every parameter must be present and every
-        entry must name a parameter; always, shapes and dtypes must match exactly (no silent
-        cast). Any problem raises one :class:`StateDictError` listing all of them and leaves
-        the model untouched. On success values are copied with ``np.copyto``, so arrays held by
-        an optimiser stay valid.
+        Everything is checked first: with ``strict`` every entry of :meth:`state_dict` must be
+        present and every given entry must name one; always, shapes and dtypes must match
+        exactly (no silent cast), and a tied parameter given under two names must get the same
+        value under both. Any problem raises one :class:`StateDictError` listing all of them
+        and leaves the model untouched. On success values are copied with ``np.copyto``, so
+        arrays held by an optimiser stay valid.
         """
-        own = OrderedDict(self.named_parameters())
+        own = OrderedDict(self._state_entries())
         state_dict = self._resolve_aliases(state_dict)
         missing = [n for n in own if n not in state_dict]
         unexpected = [n for n in state_dict if n not in own]
         problems: list[str] = []
         values: dict[str, np.ndarray] = {}
+        first_name: dict[int, str] = {}
         for name, p in own.items():
             if name not in state_dict:
                 continue
@@ -242,6 +348,12 @@ class Module:
                 problems.append(f"  {name}: shape {v.shape} given, the model has {p.shape}")
             elif v.dtype != p.dtype:
                 problems.append(f"  {name}: dtype {v.dtype} given, the model has {p.dtype}")
+            elif id(p) in first_name and not np.array_equal(values[first_name[id(p)]], v):
+                problems.append(
+                    f"  {name}: shares its array with {first_name[id(p)]} (tied) but is given "
+                    f"a different value"
+                )
+            first_name.setdefault(id(p), name)
             values[name] = v
         if strict:
             problems += [f"  missing: {n} {own[n].shape}" for n in missing]
@@ -280,14 +392,19 @@ class Module:
 
     def _replay_state(self) -> tuple:
         """What a compiled plan that called this module replays under: train/eval mode and
-        the parameter and sub-module objects it holds (compared by identity)."""
-        return (self.training, *self._parameters.values(), *self._modules.values())
+        the parameter, sub-module and buffer objects it holds (compared by identity)."""
+        return (
+            self.training,
+            *self._parameters.values(),
+            *self._modules.values(),
+            *self._buffers.values(),
+        )
 
     def _replay_change(self, old: tuple) -> str:
         name = type(self).__name__
         if old[0] != self.training:
             return f"{name} was switched to {'training' if self.training else 'evaluation'} mode"
-        return f"a parameter or sub-module of {name} was replaced"
+        return f"a parameter, buffer or sub-module of {name} was replaced"
 
     def extra_repr(self) -> str:
         """The arguments shown inside ``Name(...)``; layers override it."""
@@ -303,6 +420,31 @@ class Module:
             return f"{type(self).__name__}({extra})"
         head = f"{type(self).__name__}({extra}" if extra else f"{type(self).__name__}("
         return head + "\n" + "\n".join(lines) + "\n)"
+
+
+def _as_buffer(module: Module, name: str, value) -> Tensor | None:
+    """A buffer's value as a leaf Tensor without gradient (ndarrays are wrapped, not copied)."""
+    if value is None:
+        return None
+    if isinstance(value, Parameter):
+        raise TypeError(f"{type(module).__name__}: buffer {name!r} cannot be a Parameter")
+    if isinstance(value, Tensor):
+        if value._node is not None or value.requires_grad:
+            raise TypeError(
+                f"{type(module).__name__}: buffer {name!r} must be a leaf tensor without "
+                f"gradient; pass .detach() of it"
+            )
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        return Tensor(np.asarray(value))
+    raise TypeError(
+        f"{type(module).__name__}: buffer {name!r} must be a Tensor, an ndarray or None, "
+        f"got {type(value).__name__}"
+    )
+
+
+def _is_device(a) -> bool:
+    return isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "mps", "meta", "xla")
 
 
 class ModuleList(Module):

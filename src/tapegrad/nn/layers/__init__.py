@@ -1,12 +1,17 @@
 """The layers, one file per family."""
 
 from .activation import Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .attention import MultiheadAttention
 from .conv import Conv1d, Conv2d, MaxPool1d, MaxPool2d
-from .dropout import Dropout
+from .dropout import Dropout, Dropout2d
 from .embedding import Embedding
 from .linear import Linear
-from .recurrent import GRU, LSTM, RNN
+from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
+from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .shape import Flatten, Permute, Reshape
+from .transformer import TransformerEncoder, TransformerEncoderLayer
+from .upsampling import Upsample
 
 __all__ = [
     "Linear",
@@ -14,6 +19,15 @@ __all__ = [
     "Conv2d",
     "MaxPool1d",
     "MaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "Upsample",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+    "GroupNorm",
     "Flatten",
     "Permute",
     "Reshape",
@@ -21,7 +35,14 @@ __all__ = [
     "RNN",
     "LSTM",
     "GRU",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
+    "TransformerEncoder",
     "Dropout",
+    "Dropout2d",
     "ReLU",
     "Tanh",
     "Sigmoid",

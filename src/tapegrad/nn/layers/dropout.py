@@ -1,9 +1,11 @@
-"""``Dropout``: random zeroing during training, identity in evaluation."""
+"""``Dropout`` and ``Dropout2d``: random zeroing (of entries, of whole channels) during
+training, identity in evaluation."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -33,3 +35,17 @@ class Dropout(Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class Dropout2d(Dropout):
+    """Channel dropout: in training mode zero whole channels of ``(N, C, H, W)`` (or
+    ``(N, C, L)``) input with probability ``p``, one draw per sample and channel, and scale the
+    rest by ``1 / (1 - p)``; identity in ``eval()`` mode. Masks come from the layer's own
+    generator, as in :class:`Dropout`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in (3, 4):
+            raise ShapeError(
+                f"{self!r}: expected input of shape (N, C, H, W) or (N, C, L), got {tuple(x.shape)}"
+            )
+        return F.dropout2d(x, self.p, self.training, self.rng)

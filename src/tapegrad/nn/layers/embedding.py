@@ -20,26 +20,40 @@ class Embedding(Module):
     its bound ``sqrt(6 / (num + dim))`` is about 0.017, rows too small for a learned embedding
     to separate words early in training. ``trainable=False`` keeps the table fixed (its
     parameter has ``requires_grad=False`` but stays in ``state_dict``; optimisers skip it).
+
+    ``padding_idx`` (as in PyTorch; negative counts from the end): that row starts at zero and
+    never gets a gradient, so padding positions contribute nothing to training.
     """
 
     def __init__(
         self,
         num_embeddings: int,
         embedding_dim: int,
+        padding_idx: int | None = None,
+        *,
         trainable: bool = True,
         rng: np.random.Generator | None = None,
         dtype=np.float32,
+        device=None,
     ) -> None:
         super().__init__()
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"Embedding: tapegrad runs on the CPU; got device {device!r}")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.padding_idx = _padding_index(padding_idx, self.num_embeddings)
         self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype))
         init.normal_(self.weight, rng=rng)
+        if self.padding_idx is not None:
+            self.weight.data[self.padding_idx] = 0
         self.weight.requires_grad = bool(trainable)
 
     @classmethod
-    def from_pretrained(cls, matrix, freeze: bool = True) -> Embedding:
+    def from_pretrained(
+        cls, matrix, freeze: bool = True, padding_idx: int | None = None
+    ) -> Embedding:
         """An Embedding whose table is a copy of ``matrix (num, dim)`` (e.g. GloVe vectors),
-        frozen unless ``freeze=False``. Float arrays keep their dtype."""
+        frozen unless ``freeze=False``. Float arrays keep their dtype. ``padding_idx``: that
+        row gets no gradient (its values are kept)."""
         arr = np.asarray(matrix.data if isinstance(matrix, Tensor) else matrix)
         if arr.ndim != 2:
             raise ValueError(f"Embedding.from_pretrained: matrix must be 2-D, got {arr.shape}")
@@ -48,6 +62,7 @@ class Embedding(Module):
         emb = cls.__new__(cls)
         Module.__init__(emb)
         emb.num_embeddings, emb.embedding_dim = arr.shape
+        emb.padding_idx = _padding_index(padding_idx, arr.shape[0])
         emb.weight = Parameter(arr, requires_grad=not freeze)
         return emb
 
@@ -56,10 +71,21 @@ class Embedding(Module):
         if dtype.kind not in "iu":
             raise TypeError(f"{self!r}: indices must be integers, got dtype {dtype}")
         try:  # the range is checked once, by the embedding primitive's wrapper
-            return F.embedding(indices, self.weight)
+            return F.embedding(indices, self.weight, self.padding_idx)
         except IndexError as e:
             raise IndexError(f"{self!r}: {e}") from None
 
     def extra_repr(self) -> str:
         frozen = "" if self.weight.requires_grad else ", trainable=False"
-        return f"{self.num_embeddings}, {self.embedding_dim}{frozen}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}{frozen}"
+
+
+def _padding_index(padding_idx, num: int) -> int | None:
+    if padding_idx is None:
+        return None
+    if int(padding_idx) != padding_idx or not -num <= padding_idx < num:
+        raise ValueError(
+            f"Embedding: padding_idx must be within [-{num}, {num}), got {padding_idx!r}"
+        )
+    return int(padding_idx) % num
