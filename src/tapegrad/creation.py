@@ -16,7 +16,9 @@ from . import nn
 from .autodiff import ops
 from .autodiff.backend import DEFAULT_DTYPE
 from .autodiff.errors import ShapeError
-from .autodiff.tensor import Tensor
+from .autodiff.plan import TraceError
+from .autodiff.primitives.indexing import one_hot as _one_hot
+from .autodiff.tensor import _TRACING, Tensor
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -92,11 +94,13 @@ def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"one_hot: indices must be integers, got dtype {idx.dtype}")
     if num_classes < 0:
+        if _TRACING.active is not None:
+            raise TraceError(
+                "one_hot(num_classes=-1) inside a compiled function: the class count would be "
+                "read from this call's values and frozen; pass num_classes"
+            )
         num_classes = int(idx.max()) + 1 if idx.size else 0
-    if idx.size and (idx.min() < 0 or idx.max() >= num_classes):
-        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
-        raise ShapeError(f"one_hot: index {bad} is out of range for {num_classes} classes")
-    return Tensor(np.eye(num_classes, dtype=dtype)[idx])
+    return _one_hot(indices, num_classes=int(num_classes), dtype=np.dtype(dtype))
 
 
 # -- random draws ---------------------------------------------------------------------------------

@@ -359,3 +359,15 @@ def test_values_computed_in_the_step_are_read_on_every_replay():
         assert got[2].item() == bool((x > 0.2).all()) and got[3].item() == bool((x > 0.9).any())
         np.testing.assert_array_equal(got[4].data, np.argsort(x, kind="stable")[:2])
     np.testing.assert_array_equal(running.data, eager_running)
+
+
+def test_a_cast_copy_of_an_input_is_caught():
+    w = tg.tensor(np.ones((3, 4), np.float32), requires_grad=True)
+
+    @tg.compile
+    def f(x, y):
+        labels = y.data.astype(np.int64)  # escapes the trace: frozen at this call's labels
+        return nn.functional.cross_entropy(x @ w, labels)
+
+    with pytest.raises(tg.TraceError, match="constant equal to input 1"):
+        f(np.ones((4, 3), np.float32), np.array([0, 3, 1, 2], np.int32))

@@ -522,6 +522,13 @@ def _laid_out_like(like: np.ndarray, block: np.ndarray) -> np.ndarray:
     return np.ndarray(like.shape, like.dtype, buffer=block, strides=tuple(strides))
 
 
+def _equal_after_cast(x: np.ndarray, c: np.ndarray) -> bool:
+    if x.dtype == c.dtype:
+        return np.array_equal(x, c)
+    with np.errstate(all="ignore"):
+        return bool(np.array_equal(x.astype(c.dtype), c)) and np.array_equal(x, c.astype(x.dtype))
+
+
 def _start(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
@@ -695,8 +702,8 @@ class Plan:
 
     def _check_constants(self, trace: Trace) -> None:
         # An array made from an input outside tapegrad's operations (y.astype(...), np.asarray
-        # of .data) would be frozen into the plan: catch the usual case, a copy or cast of an
-        # input, by comparing every constant with the inputs.
+        # of .data) would be frozen into the plan: catch the usual cases, a copy or a cast of
+        # an input, by comparing every constant with the inputs (cast to its dtype).
         for e in trace.events:
             if not isinstance(e, Eq):
                 continue
@@ -704,7 +711,7 @@ class Plan:
                 if kind != CONST or not isinstance(c, np.ndarray) or c.size < 2:
                     continue
                 for k, x in enumerate(self.input_vals):
-                    if x.shape == c.shape and np.array_equal(x, c):
+                    if x.shape == c.shape and _equal_after_cast(x, c):
                         raise TraceError(
                             f"compile: {e.prim.name} received a constant equal to input {k} "
                             f"(shape {c.shape}): it was made from the input outside tapegrad "

@@ -967,3 +967,29 @@ def nonzero(x, as_tuple: bool = False):
     if not as_tuple:
         return out
     return tuple(out[:, d] for d in range(a.ndim))
+
+
+# -- one_hot --------------------------------------------------------------------------------------
+def _one_hot_fwd(indices, num_classes, dtype, out=None):
+    if indices.size and (indices.min() < 0 or indices.max() >= num_classes):
+        bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
+        raise IndexOutOfRange(f"one_hot: index {bad} is out of range for {num_classes} classes")
+    if out is None:
+        out = np.empty(indices.shape + (num_classes,), dtype)
+    np.equal(indices[..., None], np.arange(num_classes), out=out, casting="unsafe")
+    return out
+
+
+one_hot = primitive(
+    "one_hot",
+    _one_hot_fwd,
+    None,
+    reference=lambda indices, num_classes, dtype: np.eye(num_classes, dtype=dtype)[indices],
+    samples=lambda rng: [
+        Sample((np.array([1, 0, 3, 3]),), {"num_classes": 4, "dtype": np.dtype(np.int64)}),
+        Sample((np.array([[2], [0]]),), {"num_classes": 3, "dtype": np.dtype(np.float32)}),
+        Sample((np.zeros(0, np.int64),), {"num_classes": 2, "dtype": np.dtype(np.float64)}),
+    ],
+    doc="indices.shape + (num_classes,): 1 at each index, 0 elsewhere, in ``dtype`` (the range "
+    "is checked on every call, compiled ones too). Not differentiable.",
+)

@@ -35,7 +35,6 @@ _assign = primitive(
     None,
     reference=lambda target, value: np.broadcast_to(value, np.shape(target)).copy(),
     samples=_assign_samples,
-    broadcasting=True,
     effect=True,
     doc="Write value (broadcast, same dtype kind) into target's array in place; returns target. "
     "Not differentiable; compiled plans replay it.",
@@ -45,7 +44,7 @@ _assign = primitive(
 def assign(target, value):
     """Write ``value`` into ``target``'s array in place (broadcast to its shape; a float value
     must have target's dtype) and return ``target``. Compiled plans replay the write."""
-    from ..errors import GraphError
+    from ..errors import DTypeError, GraphError
     from ..graph import is_grad_enabled
     from ..tensor import Tensor
 
@@ -61,5 +60,28 @@ def assign(target, value):
             f"assign: the target (shape {target.shape}) requires grad; an in-place change to it "
             f"while gradients are recorded would corrupt them: wrap it in tg.no_grad()"
         )
+    from ..inplace import _saved_by_graph
+
+    if _saved_by_graph(target):
+        raise GraphError(
+            f"assign: the target's array (shape {target.shape}) was saved by a recorded "
+            f"operation for its backward pass; writing into it would change that gradient. "
+            f"Assign after backward(), or into a copy"
+        )
+    target_dtype = target.data.dtype
+    if not isinstance(value, Tensor) and not isinstance(value, np.ndarray):
+        value = np.asarray(value)
+        if value.dtype.kind in "iuf" and np.can_cast(value, target_dtype, "same_kind"):
+            value = value.astype(target_dtype)  # a Python number takes the target's dtype
+    vdtype = value.dtype if not isinstance(value, Tensor) else value.data.dtype
+    if not np.can_cast(vdtype, target_dtype, "same_kind") or (
+        target_dtype.kind == "f" and vdtype.kind == "f" and vdtype != target_dtype
+    ):
+        hint = (
+            " (tapegrad's arithmetic on integer tensors gives floats: b.add_(1) stays exact)"
+            if target_dtype.kind in "iu"
+            else ", cast it with .astype()"
+        )
+        raise DTypeError(f"assign: a {target_dtype} target cannot take a {vdtype} value{hint}")
     _assign(target, value)
     return target
