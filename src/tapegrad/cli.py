@@ -484,7 +484,7 @@ def _fitting_presets(weights: dict, config: dict) -> list[str]:
             model = build_model(p, seed=0, **kw)
         except Exception:  # a config meant for another architecture
             continue
-        if not _state_problems(model.state_dict(), weights):
+        if not _state_problems(model, weights):
             fits.append(name)
     return fits
 
@@ -537,7 +537,7 @@ def cmd_evaluate(args) -> int:
         raise UserError(
             f"{path}: its model settings do not fit preset {preset.name} ({e})"
         ) from None
-    problems = _state_problems(model.state_dict(), weights)
+    problems = _state_problems(model, weights)
     if problems:  # checked before any data loads
         fits = [f for f in _fitting_presets(weights, desc["config"]) if f != preset.name]
         owner = f"they are weights of preset {' or '.join(fits)}" if fits else "they fit no preset"

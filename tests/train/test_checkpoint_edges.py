@@ -183,3 +183,17 @@ def test_another_version_is_resumed_with_a_warning(tmp_path):
     trainer.fit((x, y), None, epochs=2, batch_size=40, checkpoint_dir=tmp_path, resume=True)
     assert trainer.global_step == 12
     assert len(warnings) == 1 and "written by tapegrad 0.0.1, this is 0.1.0" in warnings[0]
+
+
+def test_weights_under_a_layers_older_names_fit():
+    # seed-rnn's recurrent layer was saved as weight_ih/weight_hh before layers took PyTorch's
+    # per-layer names (weight_ih_l0); load_state_dict accepts the old names, so the checkpoint
+    # and --save checks must too
+    from tapegrad.models import build_model
+    from tapegrad.train.trainer import _state_problems
+
+    model = build_model("seed-rnn", seed=0)
+    old = {k.replace("_l0", ""): v for k, v in model.state_dict().items()}
+    assert old.keys() != model.state_dict().keys()
+    assert _state_problems(model, old) == ""
+    assert "no " in _state_problems(model, {k: v for k, v in list(old.items())[1:]})

@@ -563,7 +563,7 @@ class Trainer:
                 f"checkpoint {path} is from another run configuration: {'; '.join(diffs)}. "
                 f"Resume with its settings, or use another --checkpoint-dir"
             )
-        problems = _state_problems(self.model.state_dict(), model_state)
+        problems = _state_problems(self.model, model_state)
         if problems:
             raise CheckpointError(f"checkpoint {path} holds another model: {problems}")
         kind = optim_state.get("type")
@@ -594,8 +594,10 @@ class Trainer:
         return int(meta["epoch"]), int(meta["start"]), meta.get("partial")
 
 
-def _state_problems(own: dict, saved: dict) -> str:
-    """'' when ``saved`` fits ``own`` (names, shapes, dtypes), else the first problems."""
+def _state_problems(model, saved: dict) -> str:
+    """'' when ``saved`` fits ``model``'s state dict (names, the older names its layers still
+    load, shapes, dtypes), else the first problems."""
+    own, saved = model.state_dict(), model._resolve_aliases(saved)
     out = [f"no {k}" for k in own if k not in saved]
     out += [f"unexpected {k}" for k in saved if k not in own]
     for k, v in own.items():
