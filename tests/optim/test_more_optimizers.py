@@ -82,6 +82,18 @@ def test_float64_trajectory_matches_torch(torch, name, kwargs, seed):
     assert not np.allclose(params[0].data, init[0], atol=1e-3)  # it moved
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_adamax_steps_are_torchs_bit_for_bit_where_its_kernels_agree(torch, dtype):
+    """With beta1 = 0.5 and no weight decay, torch's Adamax rounds the same on every CPU (its
+    lerp by 1/2 and its addcdiv have nothing to fuse into a multiply-add): tapegrad's steps,
+    given the same gradients, are the same bits."""
+    X, Y, init = make_problem(dtype, seed=0)
+    records, _ = run_lockstep("Adamax", dict(lr=0.05, betas=(0.5, 0.9), eps=1e-3), init, X, Y, 20)
+    for rec in records:
+        for p, q in zip(rec["params"], rec["ref"]):
+            np.testing.assert_array_equal(p, q)
+
+
 @pytest.mark.parametrize("name", NEW + ["SGD"])
 def test_param_groups_match_torch(torch, name):
     X, Y, init = make_problem(np.float64, seed=3)
