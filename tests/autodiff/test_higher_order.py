@@ -128,18 +128,25 @@ def test_convolution_hessian_vector_products_match_torch(groups, dilation, strid
     x0, v = rng.standard_normal((2, 4, 7, 6)), rng.standard_normal((2, 4, 7, 6))
 
     def f(x):
-        y = nn.functional.conv2d(x, tg.tensor(w), stride=stride, padding=1, dilation=dilation,
-                                 groups=groups)
-        z = nn.functional.conv_transpose2d(tg.tanh(y), tg.tensor(w), stride=stride, padding=1,
-                                           dilation=dilation, groups=groups)
+        y = nn.functional.conv2d(
+            x, tg.tensor(w), stride=stride, padding=1, dilation=dilation, groups=groups
+        )
+        z = nn.functional.conv_transpose2d(
+            tg.tanh(y), tg.tensor(w), stride=stride, padding=1, dilation=dilation, groups=groups
+        )
         return (tg.tanh(y) ** 2).sum() + (z * x[:, :, : z.shape[2], : z.shape[3]]).sum()
 
     def tf(x):
         F = torch.nn.functional
-        y = F.conv2d(x, torch.tensor(w), stride=stride, padding=1, dilation=dilation,
-                     groups=groups)
-        z = F.conv_transpose2d(torch.tanh(y), torch.tensor(w), stride=stride, padding=1,
-                               dilation=dilation, groups=groups)
+        y = F.conv2d(x, torch.tensor(w), stride=stride, padding=1, dilation=dilation, groups=groups)
+        z = F.conv_transpose2d(
+            torch.tanh(y),
+            torch.tensor(w),
+            stride=stride,
+            padding=1,
+            dilation=dilation,
+            groups=groups,
+        )
         return (torch.tanh(y) ** 2).sum() + (z * x[:, :, : z.shape[2], : z.shape[3]]).sum()
 
     tx = torch.tensor(x0, requires_grad=True)

@@ -321,10 +321,59 @@ def max_pool2d(
     )
 
 
-def _max_unpool(op, d, x, indices, kernel_size, stride, padding, output_size):
-    from .indexing import scatter
-    from .shape import reshape
+def _unpool_fwd(x, indices, size, out=None):
+    """Each value of x at its index of a zero (N, C, prod(size)) plane, as (N, C, *size)."""
+    n, c = x.shape[:2]
+    res = np.zeros((n, c) + tuple(size), x.dtype) if out is None else out
+    if out is not None:
+        res.fill(0)
+    np.put_along_axis(res.reshape(n, c, -1), indices.reshape(n, c, -1), x.reshape(n, c, -1), 2)
+    return res
 
+
+def _unpool_vjp(g, out, x, indices, size):
+    from .indexing import _gather
+
+    n, c = x.shape[:2]
+    flat = run(_gather, g.reshape((n, c, -1)), indices.reshape((n, c, -1)), axis=2)
+    return flat.reshape(x.shape)
+
+
+def _unpool_samples(rng):
+    out = []
+    for d in (1, 2):
+        for s in _pool_samples(d)(rng):
+            (x,) = s.args
+            idx = _indices_fwd(x, **s.attrs)
+            flat = idx.reshape(idx.shape[0] * idx.shape[1], -1)
+            if all(len(set(row)) == len(row) for row in flat.tolist()):
+                # overlapping windows can pick one entry twice: unpooling then writes it twice
+                # (equal values, when they come from max pooling), and the VJP, as PyTorch's,
+                # gives each its gradient, which finite differences of other values would not
+                out.append(Sample((S.values(rng, idx.shape), idx), {"size": x.shape[2:]}))
+    return out
+
+
+def _unpool_reference(x, indices, size):
+    n, c = x.shape[:2]
+    res = np.zeros((n * c, int(np.prod(size))))
+    for k, (row, idx) in enumerate(zip(x.reshape(n * c, -1), indices.reshape(n * c, -1))):
+        res[k, idx] = row
+    return res.reshape((n, c) + tuple(size))
+
+
+_max_unpool = primitive(
+    "max_unpool",
+    _unpool_fwd,
+    (_unpool_vjp, None),
+    reference=_unpool_reference,
+    samples=_unpool_samples,
+    doc="Max unpooling: each value at its max-pool index of a zero output; its VJP gathers at "
+    "those indices (every window that picked an entry gets its gradient, as in PyTorch).",
+)
+
+
+def _unpool(op, d, x, indices, kernel_size, stride, padding, output_size):
     xa = _check_float(op, "x", x)
     _check_rank(op, "x", xa, d + 2, "(N, C, L)" if d == 1 else "(N, C, H, W)")
     ia = np.asarray(indices.data if hasattr(indices, "requires_grad") else indices)
@@ -339,23 +388,19 @@ def _max_unpool(op, d, x, indices, kernel_size, stride, padding, output_size):
     size = tuple((n - 1) * s - 2 * p + k for n, s, p, k in zip(xa.shape[2:], stride, pad, kernel))
     if output_size is not None:
         size = tuple(int(v) for v in tuple(output_size)[-d:])
-    n, c = xa.shape[:2]
-    plane = int(np.prod(size))
-    if ia.size and (ia.min() < 0 or ia.max() >= plane):
+    if ia.size and (ia.min() < 0 or ia.max() >= int(np.prod(size))):
         raise ShapeError(f"{op}: an index is out of range for the output size {size}")
-    zeros = np.zeros((n, c, plane), xa.dtype)
-    out = scatter(zeros, 2, reshape(indices, (n, c, -1)), reshape(x, (n, c, -1)))
-    return reshape(out, (n, c) + size)
+    return _max_unpool(x, indices, size=size)
 
 
 def max_unpool1d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The partial inverse of max_pool1d: each value of x at its ``indices`` position of a zero
     (N, C, L_out) array (L_out from the pooling's geometry, or ``output_size``); differentiable
     in x."""
-    return _max_unpool("max_unpool1d", 1, x, indices, kernel_size, stride, padding, output_size)
+    return _unpool("max_unpool1d", 1, x, indices, kernel_size, stride, padding, output_size)
 
 
 def max_unpool2d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The partial inverse of max_pool2d: each value of x at its ``indices`` position of a zero
     (N, C, H_out, W_out) array; differentiable in x."""
-    return _max_unpool("max_unpool2d", 2, x, indices, kernel_size, stride, padding, output_size)
+    return _unpool("max_unpool2d", 2, x, indices, kernel_size, stride, padding, output_size)
