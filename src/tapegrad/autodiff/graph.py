@@ -152,6 +152,17 @@ def _lift(args: tuple, exact: bool) -> list:
     operand, integers stay integers, so large ones compare exactly."""
     data = [a.data if isinstance(a, Tensor) else a for a in args]
     dtype = None
+    same = True  # every operand a float array of one dtype: nothing to lift (the usual case)
+    for d in data:
+        if type(d) is np.ndarray and d.dtype.kind == "f":
+            if dtype is None:
+                dtype = d.dtype
+            elif d.dtype != dtype:
+                same = False
+        else:
+            same = False
+    if same:
+        return data
     for d in data:
         if isinstance(d, np.ndarray) and d.dtype.kind == "f":
             dtype = d.dtype
@@ -185,11 +196,21 @@ def apply(prim, *args, **attrs):
     """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it.
 
     Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
-    if prim.broadcasting:
-        arrays = _lift(args, exact=not prim.differentiable)
-    else:
-        arrays = [a.data if isinstance(a, Tensor) else a for a in args]
-    _check_dtypes(prim, arrays)
+    arrays = None
+    if prim.broadcasting and len(args) == 2:  # the usual binary case, without a loop
+        a, b = args
+        da = a.data if isinstance(a, Tensor) else a
+        db = b.data if isinstance(b, Tensor) else b
+        if type(da) is np.ndarray and type(db) is np.ndarray and da.dtype is db.dtype:
+            if da.dtype.kind == "f":
+                arrays = [da, db]
+    if arrays is None:
+        if prim.broadcasting:
+            arrays = _lift(args, exact=not prim.differentiable)
+        else:
+            arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+        if len(arrays) > 1:
+            _check_dtypes(prim, arrays)
     try:
         out = prim.forward(*arrays, **attrs)
     except (ValueError, IndexError) as e:
@@ -212,24 +233,19 @@ def apply(prim, *args, **attrs):
     if anomaly._Mode.enabled:
         site = anomaly.call_site()
         anomaly.check_forward(prim, arrays, out, site)
-    parents = None
+    result = None
     if _GradMode.enabled and prim.differentiable:
         mask = prim.diff_mask
-        parents = []
-        record = False
-        for i, a in enumerate(args):
-            if isinstance(a, Tensor) and a.requires_grad and (mask is None or mask[i]):
-                parents.append(a)
-                record = True
-            else:
-                parents.append(None)
-        if record:
-            result = Tensor._make(
-                out, Node(prim, tuple(parents), arrays, out, attrs, aux, site), True
-            )
+        if mask is None:
+            parents = tuple(a if isinstance(a, Tensor) and a.requires_grad else None for a in args)
         else:
-            result = Tensor._make(out, None, False)
-    else:
+            parents = tuple(
+                a if isinstance(a, Tensor) and a.requires_grad and m else None
+                for a, m in zip(args, mask)
+            )
+        if any(p is not None for p in parents):
+            result = Tensor._make(out, Node(prim, parents, arrays, out, attrs, aux, site), True)
+    if result is None:
         result = Tensor._make(out, None, False)
     trace = _TRACING.active
     if trace is not None:
@@ -260,25 +276,29 @@ def toposort(*roots: Tensor) -> list[Tensor]:
     order: list[Tensor] = []
     visited: set[int] = set()
     stack: list = [(r, False) for r in reversed(roots)]
+    pop, push, done = stack.pop, stack.append, order.append
     while stack:
-        t, expanded = stack.pop()
+        t, expanded = pop()
         if expanded:
-            order.append(t)
+            done(t)
             continue
-        if id(t) in visited:
+        k = id(t)
+        if k in visited:
             continue
-        visited.add(id(t))
-        stack.append((t, True))
+        visited.add(k)
         node = t._node
-        if node is not None:
-            if node.released:
-                raise GraphError(
-                    "backward: this graph was freed by an earlier backward(); pass "
-                    "retain_graph=True to the first backward() to run backward through it again"
-                )
-            for p in reversed(node.parents):
-                if p is not None and id(p) not in visited:
-                    stack.append((p, False))
+        if node is None:  # a leaf: nothing to visit first
+            done(t)
+            continue
+        if node.released:
+            raise GraphError(
+                "backward: this graph was freed by an earlier backward(); pass "
+                "retain_graph=True to the first backward() to run backward through it again"
+            )
+        push((t, True))
+        for p in reversed(node.parents):
+            if p is not None and id(p) not in visited:
+                push((p, False))
     return order
 
 

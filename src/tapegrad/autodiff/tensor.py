@@ -211,43 +211,43 @@ class Tensor:
 
     # -- arithmetic --------------------------------------------------------------------------
     def __add__(self, o):
-        return add(self, o)
+        return _apply(add, self, o)
 
     def __radd__(self, o):
-        return add(o, self)
+        return _apply(add, o, self)
 
     def __sub__(self, o):
-        return sub(self, o)
+        return _apply(sub, self, o)
 
     def __rsub__(self, o):
-        return sub(o, self)
+        return _apply(sub, o, self)
 
     def __mul__(self, o):
-        return mul(self, o)
+        return _apply(mul, self, o)
 
     def __rmul__(self, o):
-        return mul(o, self)
+        return _apply(mul, o, self)
 
     def __truediv__(self, o):
-        return div(self, o)
+        return _apply(div, self, o)
 
     def __rtruediv__(self, o):
-        return div(o, self)
+        return _apply(div, o, self)
 
     def __pow__(self, o):
-        return power(self, o)
+        return _apply(power, self, o)
 
     def __rpow__(self, o):
-        return power(o, self)
+        return _apply(power, o, self)
 
     def __matmul__(self, o):
-        return matmul(self, o)
+        return _apply(matmul, self, o)
 
     def __rmatmul__(self, o):
-        return matmul(o, self)
+        return _apply(matmul, o, self)
 
     def __neg__(self):
-        return neg(self)
+        return _apply(neg, self)
 
     def __pos__(self):
         return self
@@ -257,22 +257,22 @@ class Tensor:
 
     # comparisons give non-differentiable bool tensors
     def __lt__(self, o):
-        return less(self, o)
+        return _apply(less, self, o)
 
     def __le__(self, o):
-        return less_equal(self, o)
+        return _apply(less_equal, self, o)
 
     def __gt__(self, o):
-        return greater(self, o)
+        return _apply(greater, self, o)
 
     def __ge__(self, o):
-        return greater_equal(self, o)
+        return _apply(greater_equal, self, o)
 
     def __eq__(self, o):
-        return equal(self, o)
+        return _apply(equal, self, o)
 
     def __ne__(self, o):
-        return not_equal(self, o)
+        return _apply(not_equal, self, o)
 
     def __getitem__(self, index):
         return getitem(self, index)
@@ -864,6 +864,7 @@ def _shape_arg(shape) -> tuple:
 
 # The operations the methods above delegate to; imported last because they import Tensor.
 from . import ops as _ops  # noqa: E402  (issue 14's operations, for the methods above)
+from .graph import apply as _apply  # noqa: E402  (the operators call it directly)
 from .ops import (  # noqa: E402
     absolute,
     add,
