@@ -34,8 +34,8 @@ import itertools
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
+from ..backend import as_strided, asarray, cuda_kernels, is_array, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels import (
     add_channel_bias,
@@ -64,7 +64,7 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def _data(x):
-    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+    return x.data if hasattr(x, "requires_grad") else x
 
 
 def _offset_slices(offsets, stride, out_shape) -> tuple:
@@ -80,7 +80,7 @@ def _padded(x: np.ndarray, padding: tuple, buf: np.ndarray | None) -> np.ndarray
     if not any(padding):
         return x
     shape = x.shape[:2] + tuple(n + 2 * p for n, p in zip(x.shape[2:], padding))
-    xp = np.zeros(shape, dtype=x.dtype) if buf is None else buf
+    xp = xp_of(x).zeros(shape, dtype=x.dtype) if buf is None else buf
     if buf is not None:
         xp.fill(0)  # a plan's buffer may hold another value's bytes
     np.copyto(xp[_interior(padding, x.shape)], x)
@@ -98,7 +98,6 @@ def _windows(xp: np.ndarray, ksize: tuple, stride: tuple, out_shape: tuple) -> n
         xp,
         shape=xp.shape[:2] + ksize + out_shape,
         strides=xp.strides[:2] + sp + tuple(a * st for a, st in zip(sp, stride)),
-        writeable=False,
     )
 
 
@@ -114,7 +113,7 @@ def _shifted(x, w, stride) -> bool:
 def _taps(w: np.ndarray, ws) -> np.ndarray:
     """Contiguous copies of the weight's taps (K, O, C): BLAS operands without a per-call copy
     inside matmul (the weight is updated in place, so they are refreshed every call)."""
-    wk = scratch(ws, "taps", (w.shape[2],) + w.shape[:2], w.dtype)
+    wk = scratch(ws, "taps", (w.shape[2],) + w.shape[:2], w.dtype, like=w)
     np.copyto(wk, np.moveaxis(w, 2, 0))
     return wk
 
@@ -129,7 +128,7 @@ def _conv_fwd(x, w, *bias, stride, padding, out=None, ws=None):
         length = xp.shape[2] - w.shape[2] + 1
         wk = _taps(w, ws)
         res = np.matmul(wk[0], xp[:, :, :length], out=res)
-        tmp = scratch(ws, "tmp", res.shape, res.dtype)
+        tmp = scratch(ws, "tmp", res.shape, res.dtype, like=x)
         for k in range(1, w.shape[2]):
             np.add(res, np.matmul(wk[k], xp[:, :, k : k + length], out=tmp), out=res)
         kept = (xp,) if any(padding) else ()
@@ -145,16 +144,17 @@ def _conv_fwd(x, w, *bias, stride, padding, out=None, ws=None):
         cols = (
             saved
             if saved is not None
-            else np.empty((n, x.shape[1] * math.prod(ksize), math.prod(out_shape)), x.dtype)
+            else xp_of(x).empty((n, x.shape[1] * math.prod(ksize), math.prod(out_shape)), x.dtype)
         )
         np.copyto(cols.reshape(window.shape), window)
         if res is None:
-            res = np.empty((n, o) + out_shape, x.dtype)
+            res = xp_of(x).empty((n, o) + out_shape, x.dtype)
         np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
         kept = (cols,)
     if bias:
         r3 = res.reshape(n, o, -1)
-        add_channel_bias(r3, bias[0], r3)
+        kernels = cuda_kernels(x)
+        (kernels.add_channel_bias if kernels else add_channel_bias)(r3, bias[0], r3)
     return (res, *kept)
 
 
@@ -164,7 +164,12 @@ def direct_backward_applies(x, w, stride, padding) -> bool:
     windows are long contiguous runs (KW * C >= 16) the kernel's loops vectorise over."""
     from ..kernels.conv import direct_layout_ok
 
-    return all(s == 1 for s in stride) and not any(padding) and direct_layout_ok(x, w)
+    return (
+        type(x) is np.ndarray  # a CPU kernel: on a GPU the matmul path serves every conv
+        and all(s == 1 for s in stride)
+        and not any(padding)
+        and direct_layout_ok(x, w)
+    )
 
 
 def direct_backward_sparse(g) -> bool:
@@ -187,9 +192,10 @@ def _conv_backward_fwd(g, x, w, *saved, stride, padding, needs, out=None, ws=Non
     otherwise BLAS: per-tap products (1-d, stride 1) or col2im of ``W^T g``."""
     n, o = g.shape[:2]
     outs = iter(out if out is not None else ())
+    xp = xp_of(g)
     gx = (next(outs, None) if out is not None else np.empty_like(x)) if needs[0] else None
-    gw = (next(outs, None) if out is not None else np.empty(w.shape, g.dtype)) if needs[1] else None
-    gb = (next(outs, None) if out is not None else np.empty(o, g.dtype)) if needs[2] else None
+    gw = (next(outs, None) if out is not None else xp.empty(w.shape, g.dtype)) if needs[1] else None
+    gb = (next(outs, None) if out is not None else xp.empty(o, g.dtype)) if needs[2] else None
     grads = tuple(a for a in (gx, gw, gb) if a is not None)
     if direct_backward_applies(x, w, stride, padding) and direct_backward_sparse(g):
         from ..kernels.conv import conv_backward as direct
@@ -203,7 +209,7 @@ def _conv_backward_fwd(g, x, w, *saved, stride, padding, needs, out=None, ws=Non
     if gx is not None:
         if any(padding):
             shape = x.shape[:2] + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding))
-            target = scratch(ws, "gxp", shape, g.dtype)
+            target = scratch(ws, "gxp", shape, g.dtype, like=g)
         else:
             target = gx
         target.fill(0)
@@ -212,11 +218,14 @@ def _conv_backward_fwd(g, x, w, *saved, stride, padding, needs, out=None, ws=Non
         length = g.shape[2]
         wk = _taps(w, ws)
         if gx is not None:
-            tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype)
+            tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype, like=g)
+            kernels = cuda_kernels(g)
             for k in range(w.shape[2]):
-                add_into(target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp))
+                (kernels.add_into if kernels else add_into)(
+                    target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp)
+                )
         if gw is not None:
-            tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype)
+            tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype, like=g)
             for k in range(w.shape[2]):
                 np.sum(
                     np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1), out=tmp),
@@ -227,14 +236,16 @@ def _conv_backward_fwd(g, x, w, *saved, stride, padding, needs, out=None, ws=Non
         (cols,) = saved
         g2 = g.reshape(n, o, -1)
         if gx is not None:
-            gcols = np.matmul(w.reshape(o, -1).T, g2, out=scratch(ws, "gcols", cols.shape, g.dtype))
+            gcols = np.matmul(
+                w.reshape(o, -1).T, g2, out=scratch(ws, "gcols", cols.shape, g.dtype, like=g)
+            )
             ksize, out_shape = w.shape[2:], g.shape[2:]
             gc = gcols.reshape((n, x.shape[1]) + ksize + out_shape)
             for offs in itertools.product(*(range(k) for k in ksize)):
                 view = target[_offset_slices(offs, stride, out_shape)]
                 np.add(view, gc[(slice(None), slice(None)) + offs], out=view)
         if gw is not None:
-            tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1]), g.dtype)
+            tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1]), g.dtype, like=g)
             np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
             np.sum(tmp, axis=0, out=gw.reshape(o, -1))
     if gx is not None and target is not gx:
@@ -387,8 +398,8 @@ def _tuple_arg(op: str, name: str, value, d: int, minimum: int) -> tuple:
 
 def _check_float(op: str, name: str, a) -> np.ndarray:
     a = _data(a)
-    if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
-        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+    if not is_array(a) or a.dtype.kind != "f":
+        got = a.dtype if is_array(a) else type(a).__name__
         raise DTypeError(f"{op}: {name} must be a float array or Tensor, got {got}")
     return a
 
@@ -449,9 +460,10 @@ def conv2d(x, weight, bias=None, stride=1, padding=0):
 # -- max pooling -----------------------------------------------------------------------------
 def _pool_fwd(x, kernel, stride, out=None):
     """(out, arg): each window's maximum and its offset in the window (see ``kernels.pool``)."""
+    fn = cuda_kernels(x).max_pool_forward if cuda_kernels(x) else max_pool_forward
     if out is None:
-        return max_pool_forward(x, kernel, stride)
-    return max_pool_forward(x, kernel, stride, out=out[0], arg=out[1])
+        return fn(x, kernel, stride)
+    return fn(x, kernel, stride, out=out[0], arg=out[1])
 
 
 def _pool_vjp(g, out, x, kernel, stride, aux):
@@ -462,10 +474,11 @@ def _pool_geometry(arg, kernel, stride):
     """For each output position of (N, C, *out) planes: the plane and the (row, column) of the
     input entry its window's maximum came from."""
     k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
+    xp = xp_of(arg)
     a = arg.reshape((-1,) + ((1,) if arg.ndim == 3 else ()) + arg.shape[2:]).astype(np.intp)
-    rows = np.arange(a.shape[1])[:, None] * s2[0] + a // k2[1]
-    cols = np.arange(a.shape[2])[None, :] * s2[1] + a % k2[1]
-    return np.arange(a.shape[0])[:, None, None], rows, cols
+    rows = xp.arange(a.shape[1])[:, None] * s2[0] + a // k2[1]
+    cols = xp.arange(a.shape[2])[None, :] * s2[1] + a % k2[1]
+    return xp.arange(a.shape[0])[:, None, None], rows, cols
 
 
 def _pool_gather_fwd(h, arg, kernel, stride):
@@ -474,7 +487,8 @@ def _pool_gather_fwd(h, arg, kernel, stride):
 
 
 def _pool_backward_fwd(g, arg, x_shape, kernel, stride, out=None):
-    return max_pool_backward(g, arg, x_shape, kernel, stride, gx=out)
+    fn = cuda_kernels(g).max_pool_backward if cuda_kernels(g) else max_pool_backward
+    return fn(g, arg, x_shape, kernel, stride, gx=out)
 
 
 def _pool_backward_reference(g, arg, x_shape, kernel, stride):
@@ -642,20 +656,25 @@ def _embedding_fwd(weight, indices, out=None, ws=None):
         return np.take(weight, indices, axis=0)
     # into a buffer: np.take converts other index types, and buffers in mode="raise" (the
     # range is checked above), on every call
-    idx = _copied(scratch(ws, "idx", indices.shape, np.intp), indices)
+    idx = _copied(scratch(ws, "idx", indices.shape, np.intp, like=indices), indices)
+    if type(weight) is not np.ndarray:  # a device's take has no mode (it wraps)
+        return xp_of(weight).take(weight, idx, axis=0, out=out)
     return np.take(weight, idx, axis=0, out=out, mode="wrap")
 
 
 def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):
     d = g.shape[-1]
-    gw = np.zeros((rows, d), dtype=g.dtype) if out is None else out
+    gw = xp_of(g).zeros((rows, d), dtype=g.dtype) if out is None else out
     if out is not None:
         gw.fill(0)
     if not g.flags.c_contiguous:  # the scatter reads rows: a contiguous copy first
-        g = _copied(scratch(ws, "g", g.shape, g.dtype), g)
+        g = _copied(scratch(ws, "g", g.shape, g.dtype, like=g), g)
     if indices.dtype != np.intp:  # the loop takes intp ids (converted once per call)
-        indices = _copied(scratch(ws, "idx", indices.shape, np.intp), indices)
-    scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
+        indices = _copied(scratch(ws, "idx", indices.shape, np.intp, like=g), indices)
+    kernels = cuda_kernels(g)
+    (kernels.scatter_add_rows if kernels else scatter_add_rows)(
+        gw, indices.reshape(-1), g.reshape(-1, d)
+    )
     return gw
 
 
@@ -722,7 +741,7 @@ def embedding(weight, indices):
     wa = _check_float("embedding", "weight", weight)
     _check_rank("embedding", "weight", wa, 2, "(V, D)")
     idx = _data(indices)
-    if not isinstance(idx, np.ndarray):
+    if not is_array(idx):
         idx = np.asarray(idx)
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"embedding: indices must be an integer array, got dtype {idx.dtype}")
@@ -749,14 +768,14 @@ def _loss_out(total: float, per, reduction: str, count: int, res):
         return per
     value = total / max(count, 1) if reduction == "mean" else total
     if res is None:
-        return np.asarray(value, dtype=per.dtype)
+        return asarray(value, per.dtype, like=per)
     res[...] = value
     return res
 
 
 def _multiplier(g, reduction: str, count: int, ws) -> np.ndarray:
     """The output gradient as the loss kernels take it: (1,), or one value per sample."""
-    k = scratch(ws, "k", (np.size(g),), g.dtype)
+    k = scratch(ws, "k", (g.size,), g.dtype, like=g)
     if reduction == "mean":
         return np.divide(np.reshape(g, -1), max(count, 1), out=k)
     np.copyto(k, np.reshape(g, -1))
@@ -768,10 +787,17 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
     res, p = (None, None) if out is None else out
     n, c = logits.shape
     if target.dtype.kind in "iu":
-        p = np.empty(logits.shape, logits.dtype) if p is None else p
-        per = res if reduction == "none" and res is not None else scratch(ws, "per", (n,), p.dtype)
+        p = xp_of(logits).empty(logits.shape, logits.dtype) if p is None else p
+        per = (
+            res
+            if reduction == "none" and res is not None
+            else scratch(ws, "per", (n,), p.dtype, like=logits)
+        )
+        kernels = cuda_kernels(logits)
         try:
-            total = softmax_ce_forward(logits, target, p, per)
+            total = (kernels.softmax_ce_forward if kernels else softmax_ce_forward)(
+                logits, target, p, per
+            )
         except IndexError:
             bad = target[(target < 0) | (target >= c)][0]
             raise ShapeError(
@@ -788,7 +814,7 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
     loss = -np.sum(target * z, axis=1)
     if reduction != "none":
         total = np.sum(loss)
-        loss = np.asarray(total / max(n, 1) if reduction == "mean" else total, logits.dtype)
+        loss = asarray(total / max(n, 1) if reduction == "mean" else total, logits.dtype, like=logits)
     if out is None:
         return loss, e
     np.copyto(res, loss)
@@ -805,8 +831,11 @@ def _ce_vjp_logits(g, out, logits, target, reduction, aux):
 
 def _ce_grad_fwd(p, target, g, reduction, out=None, ws=None):
     if target.dtype.kind in "iu":
-        gx = np.empty(p.shape, p.dtype) if out is None else out
-        softmax_ce_backward(p, target, _multiplier(g, reduction, len(p), ws), gx)
+        gx = xp_of(p).empty(p.shape, p.dtype) if out is None else out
+        kernels = cuda_kernels(p)
+        (kernels.softmax_ce_backward if kernels else softmax_ce_backward)(
+            p, target, _multiplier(g, reduction, len(p), ws), gx
+        )
         return gx
     k = _scale(g, reduction, p.shape[0])
     gx = p * np.sum(target, axis=1, keepdims=True)
@@ -943,7 +972,7 @@ def softmax_cross_entropy(logits, target, reduction: str = "mean"):
     _check_reduction(op, reduction)
     n, c = la.shape
     ta = _data(target)
-    if not isinstance(ta, np.ndarray):
+    if not is_array(ta):
         ta = np.asarray(ta)
         target = ta
     if ta.dtype.kind in "iu":
@@ -974,13 +1003,15 @@ def softmax_cross_entropy(logits, target, reduction: str = "mean"):
 def _bce_fwd(logits, target, reduction, out=None, ws=None):
     """(loss, sigmoid(logits)), one compiled loop."""
     res, sig = (None, None) if out is None else out
+    xp = xp_of(logits)
     if sig is None:
-        sig = np.empty(logits.shape, logits.dtype)
+        sig = xp.empty(logits.shape, logits.dtype)
     if reduction == "none":
-        per = np.empty(logits.shape, logits.dtype) if res is None else res
+        per = xp.empty(logits.shape, logits.dtype) if res is None else res
     else:
-        per = scratch(ws, "per", logits.shape, logits.dtype)
-    total = bce_forward(logits, target, sig, per)
+        per = scratch(ws, "per", logits.shape, logits.dtype, like=logits)
+    kernels = cuda_kernels(logits)
+    total = (kernels.bce_forward if kernels else bce_forward)(logits, target, sig, per)
     return _loss_out(total, per, reduction, per.size, res), sig
 
 
@@ -990,8 +1021,11 @@ def _bce_vjp_logits(g, out, logits, target, reduction, aux):
 
 
 def _bce_grad_fwd(sig, target, g, reduction, out=None, ws=None):
-    gx = np.empty(sig.shape, sig.dtype) if out is None else out
-    bce_backward(sig, target, _multiplier(g, reduction, sig.size, ws), gx)
+    gx = xp_of(sig).empty(sig.shape, sig.dtype) if out is None else out
+    kernels = cuda_kernels(sig)
+    (kernels.bce_backward if kernels else bce_backward)(
+        sig, target, _multiplier(g, reduction, sig.size, ws), gx
+    )
     return gx
 
 
@@ -1080,8 +1114,8 @@ def bce_with_logits(logits, target, reduction: str = "mean"):
     la = _check_float(op, "logits", logits)
     _check_reduction(op, reduction)
     ta = _data(target)
-    if not isinstance(ta, np.ndarray) or ta.dtype.kind != "f":
-        ta = np.asarray(ta, dtype=la.dtype)
+    if not is_array(ta) or ta.dtype.kind != "f":
+        ta = asarray(ta, la.dtype, like=la)
         target = ta
     if ta.shape != la.shape:
         raise ShapeError(f"{op}: target must have the logits' shape {la.shape}, got {ta.shape}")
