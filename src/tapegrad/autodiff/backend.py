@@ -39,7 +39,7 @@ class DeviceError(RuntimeError):
     operation live on different devices."""
 
 
-class Array(abc.ABC):
+class Array(abc.ABC):  # noqa: B024 - a type to register array types with, no methods
     """``isinstance(a, Array)``: ``a`` is an array of a registered device (a NumPy array, or a
     CuPy array once CUDA is in use). Use it where code used to ask for ``np.ndarray``."""
 
@@ -120,8 +120,13 @@ def device_of(a) -> Device:
 def xp_of(*arrays) -> ModuleType | object:
     """The array module of the first device array among ``arrays`` (NumPy when none is)."""
     for a in arrays:
-        if type(a) is not np.ndarray and type(a) in _BY_TYPE:
-            return _BY_TYPE[type(a)].xp
+        t = type(a)
+        if t is np.ndarray:
+            continue
+        if t in _BY_TYPE:
+            return _BY_TYPE[t].xp
+        if hasattr(a, "requires_grad") and type(a.data) in _BY_TYPE:  # a Tensor
+            return _BY_TYPE[type(a.data)].xp
     return np
 
 
@@ -164,7 +169,7 @@ def asarray(value, dtype=None, like=None):
     """``value`` (a number, list, NumPy or device array) as an array on ``like``'s device."""
     dev = device_of(like)
     src = device_of(value)
-    if dev is src:
+    if dev is src and is_array(value):
         return value if dtype is None or value.dtype == dtype else value.astype(dtype)
     if src is not CPU:
         value = src.to_host(value)

@@ -417,7 +417,7 @@ def gradients(
     single_out = isinstance(outputs, Tensor)
     outs = [outputs] if single_out else list(outputs)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    if grad_outputs is None or isinstance(grad_outputs, (Tensor, np.ndarray)):
+    if grad_outputs is None or isinstance(grad_outputs, Tensor) or is_array(grad_outputs):
         grad_outputs = (
             [grad_outputs] * len(outs) if single_out or grad_outputs is None else [grad_outputs]
         )

@@ -885,7 +885,6 @@ def _shape_arg(shape) -> tuple:
 
 # The operations the methods above delegate to; imported last because they import Tensor.
 from . import ops as _ops  # noqa: E402  (issue 14's operations, for the methods above)
-from .primitives.device import to_device  # noqa: E402
 from .ops import (  # noqa: E402
     absolute,
     add,
@@ -932,3 +931,4 @@ from .ops import (  # noqa: E402
     transpose,
     var,
 )
+from .primitives.device import to_device  # noqa: E402

@@ -271,9 +271,7 @@ class Optimizer:
             buf = xp.empty((self._n_scratch, max([n, *same])), dtype=data.dtype)
             self._scratch_bufs[key] = buf
             self._scratch_views = {
-                k: v
-                for k, v in self._scratch_views.items()
-                if (v[0].dtype, type(v[0])) != key
+                k: v for k, v in self._scratch_views.items() if (v[0].dtype, type(v[0])) != key
             }
         views = tuple(buf[k, :n].reshape(data.shape) for k in range(self._n_scratch))
         self._scratch_views[idx] = views
@@ -293,9 +291,7 @@ class Optimizer:
                     sd[f"param_groups.{gi}.{k}"] = list(v) if isinstance(v, tuple) else v
         for idx in sorted(self.state):
             for k, v in self._saved_state(self.state[idx]).items():
-                sd[f"state.{idx}.{k}"] = (
-                    backend.to_host(v).copy() if backend.is_array(v) else v
-                )
+                sd[f"state.{idx}.{k}"] = backend.to_host(v).copy() if backend.is_array(v) else v
         return sd
 
     def _saved_state(self, state: dict[str, Any]) -> dict[str, Any]:

@@ -814,7 +814,9 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
     loss = -np.sum(target * z, axis=1)
     if reduction != "none":
         total = np.sum(loss)
-        loss = asarray(total / max(n, 1) if reduction == "mean" else total, logits.dtype, like=logits)
+        loss = asarray(
+            total / max(n, 1) if reduction == "mean" else total, logits.dtype, like=logits
+        )
     if out is None:
         return loss, e
     np.copyto(res, loss)
@@ -854,7 +856,7 @@ def _ce_grad_vjps():
     def parts(p, target, g, reduction):
         t = target
         if t.dtype.kind in "iu":
-            t = np.eye(p.shape[1], dtype=p.dtype)[_plain(t)]
+            t = xp_of(_plain(p)).eye(p.shape[1], dtype=p.dtype)[_plain(t)]
         k = _scale(g, reduction, p.shape[0])
         k = k.reshape((-1, 1)) if reduction == "none" else k
         return t, _row_sum(t), k

@@ -276,7 +276,7 @@ def _cum_extreme_index_fwd(x, axis, largest):
         hit |= np.isnan(x)  # a NaN is the extreme from there on, and each later NaN takes over
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
-    pos = np.arange(x.shape[axis], dtype=np.int64).reshape(shape)
+    pos = xp_of(x).arange(x.shape[axis], dtype=np.int64).reshape(shape)
     return np.maximum.accumulate(np.where(hit, pos, 0), axis=axis)
 
 

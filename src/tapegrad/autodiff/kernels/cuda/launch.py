@@ -29,4 +29,24 @@ def arg(a):
 
 def launch(kernel, n: int, *args) -> None:
     """Run ``kernel`` over ``n`` work items; array arguments are converted by :func:`arg`."""
-    kernel[blocks(n), THREADS](*[arg(a) if hasattr(a, "shape") else a for a in args])
+    args = [arg(a) if hasattr(a, "shape") else a for a in args]
+    if SIMULATED:
+        _simulate(kernel, n, args)
+        return
+    kernel[blocks(n), THREADS](*args)
+
+
+def _simulate(kernel, n: int, args: list) -> None:
+    """The simulator copies arrays whole and cannot take strided views (a real launch reads
+    their strides): give it contiguous copies and write them back."""
+    import numpy as np
+
+    strided = [
+        (k, a) for k, a in enumerate(args) if isinstance(a, np.ndarray) and not a.flags.c_contiguous
+    ]
+    for k, a in strided:
+        args[k] = np.ascontiguousarray(a)
+    kernel[blocks(n), THREADS](*args)
+    for k, a in strided:
+        if a.flags.writeable:
+            a[...] = args[k]

@@ -9,7 +9,6 @@ additions in the same order as the CPU loop, so the same bits.
 
 from __future__ import annotations
 
-
 from numba import cuda
 
 from ...backend import xp_of
@@ -102,9 +101,17 @@ def max_pool_backward(g, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx=N
     relu = out is not None
     o = _planes(out) if relu else _planes(g)
     launch(
-        _backward, planes.size, _planes(g), o, _planes(arg), kh, kw, sh, sw, relu,
-        g.dtype.type(0), planes,
+        _backward,
+        planes.size,
+        _planes(g),
+        o,
+        _planes(arg),
+        kh,
+        kw,
+        sh,
+        sw,
+        relu,
+        g.dtype.type(0),
+        planes,
     )
     return gx
-
-
