@@ -184,6 +184,15 @@ def as_strided(a, shape, strides):
     return xp_of(a).lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
 
+def beside(ref, a):
+    """``a`` (a constant made on the host: zeros, an index) on the device of ``ref`` (an
+    array or a Tensor); ``a`` itself when ``ref`` is on the CPU."""
+    ref = ref.data if hasattr(ref, "requires_grad") else ref
+    if type(ref) is np.ndarray or not on_device(ref):
+        return a
+    return asarray(a, like=ref)
+
+
 def to_host(a) -> np.ndarray:
     """``a`` as a NumPy array (a copy when it lives on a device; ``a`` itself on the CPU)."""
     dev = device_of(a)

@@ -460,6 +460,8 @@ def _as_buffer(module: Module, name: str, value) -> Tensor | None:
 
 
 def _is_device(a) -> bool:
+    if isinstance(a, backend.Device) or type(a).__name__ == "device":
+        return True
     return isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "mps", "meta", "xla")
 
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from ..autodiff.backend import xp_of
 from ..autodiff.kernels.cuda.launch import jit, launch
 
 
@@ -28,13 +29,25 @@ def _adam(p, g, m, v, vmax, amsgrad, l2, decoupled, wd, decay, c1, b2, c2, b2s, 
         p[i] = (p[i] * decay if decoupled else p[i]) - step
 
 
+_UNUSED: dict = {}
+
+
+def _unused(p):
+    """A one-element array standing in for the AMSGrad maximum when there is none (never
+    read; a separate array, as a launch must not be given one array twice)."""
+    key = (type(p), p.dtype)
+    if key not in _UNUSED:
+        _UNUSED[key] = xp_of(p).zeros(1, p.dtype)
+    return _UNUSED[key]
+
+
 def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):
     """Adam (``decoupled``: AdamW) step ``step`` on a CUDA device, in place, with the scalars
     of the CPU kernel (``optim.kernels.adam_update``), each cast to the parameter's dtype.
     ``scratch`` is unused (the arrays of a parameter and its state are contiguous)."""
     t = p.dtype.type
     flat = [a.reshape(-1) for a in (p, g, m, v)]
-    vm = vmax.reshape(-1) if vmax is not None else flat[3]
+    vm = vmax.reshape(-1) if vmax is not None else _unused(p)
     launch(
         _adam,
         p.size,
