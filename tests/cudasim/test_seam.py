@@ -63,8 +63,8 @@ def _run(prim, args, attrs, diff, cot):
 
 
 @pytest.mark.parametrize("name,i", CASES)
-def test_primitive_runs_on_the_device(name, i, fake_cuda):
-    dev = fake_cuda
+def test_primitive_runs_on_the_device(name, i, cuda_device):
+    dev = cuda_device
     prim = REGISTRY[name]
     sample = prim.samples(np.random.default_rng(0))[i]
     diff = [
