@@ -51,7 +51,7 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
-from . import data, nn, optim  # noqa: E402
+from . import cuda, data, nn, optim  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     eye,
@@ -121,6 +121,7 @@ __all__ = [
     "TraceError",
     "manual_seed",
     "nn",
+    "cuda",
     "optim",
     "data",
     "save",

@@ -611,10 +611,24 @@ def cmd_info(args) -> int:
         threads = "?"
     print(f"{'cpus':<10} {os.cpu_count()} (numba threads {threads})")
     print(f"{'machine':<10} {platform.machine()} {platform.system()}")
+    print(f"{'cuda':<10} {_cuda_status()}")
     print("datasets:")
     for name, where in data.describe(args.data_dir).items():
         print(f"  {name:<14} {where if where else 'not found'}")
     return 0
+
+
+def _cuda_status() -> str:
+    """``--device cuda``'s status here: the GPU it would use, or why it cannot."""
+    from .cuda import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        return f"not available: {reason}"
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    return f"{props['name'].decode()} (CuPy {cupy.__version__})"
 
 
 def cmd_bench(args) -> int:
