@@ -64,7 +64,7 @@ class Device:
     from_block: Callable
     data_ptr: Callable[[object], int]
     kernels: str = "cpu"
-    kernel_arg: Callable = staticmethod(lambda a: a)
+    kernel_arg: Callable = lambda a: a  # noqa: E731
     """What a CUDA kernel launch is given for one of this device's arrays."""
 
 
