@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 from overhead import time_calls  # noqa: E402  (this folder: median microseconds per call)
 
 import tapegrad as tg  # noqa: E402
-from tapegrad.autodiff.primitives import nn as nn_prims  # noqa: E402
+from tapegrad.autodiff.primitives import conv as nn_prims  # noqa: E402
 
 WORKLOADS = {
     # name: (x shape as the conv sees it, weight shape, bias?, pool, input grad?)

@@ -6,7 +6,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.autodiff.kernels import conv as K
-from tapegrad.autodiff.primitives import nn as nn_prims
+from tapegrad.autodiff.primitives import conv as nn_prims
 
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-11, atol=1e-11)}
 

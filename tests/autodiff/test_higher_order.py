@@ -112,11 +112,47 @@ def test_gradients_mistakes_are_named():
 
 
 def test_first_order_only_primitives_say_so():
-    conv = nn.Conv2d(1, 2, 3)
-    x = tg.tensor(np.ones((1, 1, 5, 5), np.float32))
-    loss = conv(x).sum()
-    with pytest.raises(tg.GraphError, match="conv2d: its gradient cannot be differentiated"):
-        tg.gradients(loss, list(conv.parameters()), create_graph=True)
+    lstm = nn.LSTM(3, 4, batch_first=True)
+    x = tg.tensor(np.ones((2, 5, 3), np.float32))
+    loss = lstm(x)[0].sum()
+    with pytest.raises(tg.GraphError, match="lstm_scan: its gradient cannot be differentiated"):
+        tg.gradients(loss, list(lstm.parameters()), create_graph=True)
+
+
+@pytest.mark.parametrize("groups,dilation,stride", [(1, 1, 1), (2, 2, 1), (1, 1, 2)])
+def test_convolution_hessian_vector_products_match_torch(groups, dilation, stride):
+    # convolutions are twice differentiable: conv, conv_transpose and conv_weight are each
+    # other's VJPs
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((4, 4 // groups, 3, 2)) * 0.3
+    x0, v = rng.standard_normal((2, 4, 7, 6)), rng.standard_normal((2, 4, 7, 6))
+
+    def f(x):
+        y = nn.functional.conv2d(
+            x, tg.tensor(w), stride=stride, padding=1, dilation=dilation, groups=groups
+        )
+        z = nn.functional.conv_transpose2d(
+            tg.tanh(y), tg.tensor(w), stride=stride, padding=1, dilation=dilation, groups=groups
+        )
+        return (tg.tanh(y) ** 2).sum() + (z * x[:, :, : z.shape[2], : z.shape[3]]).sum()
+
+    def tf(x):
+        F = torch.nn.functional
+        y = F.conv2d(x, torch.tensor(w), stride=stride, padding=1, dilation=dilation, groups=groups)
+        z = F.conv_transpose2d(
+            torch.tanh(y),
+            torch.tensor(w),
+            stride=stride,
+            padding=1,
+            dilation=dilation,
+            groups=groups,
+        )
+        return (torch.tanh(y) ** 2).sum() + (z * x[:, :, : z.shape[2], : z.shape[3]]).sum()
+
+    tx = torch.tensor(x0, requires_grad=True)
+    (g,) = torch.autograd.grad(tf(tx), tx, create_graph=True)
+    (thvp,) = torch.autograd.grad((g * torch.tensor(v)).sum(), tx)
+    np.testing.assert_allclose(tg.hvp(f, x0, v), thvp.numpy(), rtol=1e-9, atol=1e-10)
 
 
 def test_compiled_gradient_penalty_step_equals_eager():

@@ -145,8 +145,6 @@ def test_only_the_fused_primitives_are_first_order_only():
     assert sorted(n for n, p in REGISTRY.items() if p.differentiable and not p.higher_order) == [
         "bias_relu",
         "checkpoint",
-        "conv1d",
-        "conv2d",
         "gru_scan",
         "lstm_scan",
         "relu_max_pool",

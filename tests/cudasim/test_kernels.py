@@ -263,3 +263,23 @@ def _adam_scalars(lr, beta1, beta2, eps, wd, decoupled, step):
         t(eps),
         t(lr / (1.0 - beta1**step)),
     )
+
+
+@pytest.mark.parametrize("dilation,stride", [((2, 3), (2, 1)), ((1, 2), (1, 1))])
+def test_max_pool_with_dilation(dilation, stride):
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(2, 1, 9, 11)).astype(np.float32)
+    kernel = (3, 2)
+    out, arg = gpu.max_pool_forward(x, kernel, stride, dilation=dilation)
+    planes = x.reshape(2, 9, 11)
+    ref_out = np.empty((2,) + out.shape[2:], np.float32)
+    ref_arg = np.empty(ref_out.shape, np.uint8)
+    pool.max_pool_forward_reference(planes, kernel, stride, ref_out, ref_arg, dilation)
+    np.testing.assert_array_equal(out.reshape(ref_out.shape), ref_out)
+    np.testing.assert_array_equal(arg.reshape(ref_arg.shape), ref_arg)
+    g = rng.normal(size=out.shape).astype(np.float32)
+    gx = gpu.max_pool_backward(g, arg, x.shape, kernel, stride, dilation=dilation)
+    ref = np.zeros(planes.shape, np.float32)
+    pool.max_pool_backward_reference(g.reshape(ref_out.shape), ref_arg, kernel, stride, ref,
+                                     dilation)  # fmt: skip
+    np.testing.assert_allclose(gx.reshape(ref.shape), ref, **F32)

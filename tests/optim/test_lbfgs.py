@@ -3,12 +3,12 @@ its errors, its refusal under tg.compile, and its allocation-free steady state."
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tracemalloc
 
 import numpy as np
 import pytest
+from optim_problem import torch_scalars_in
 
 import tapegrad as tg
 from tapegrad import optim
@@ -73,18 +73,8 @@ def run_tapegrad(kwargs, init, X, Y, steps):
     return losses, traj, opt
 
 
-@contextlib.contextmanager
-def _default_dtype(torch, dtype):
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64 if dtype == np.float64 else torch.float32)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
 def run_torch(torch, kwargs, init, X, Y, steps):
-    with _default_dtype(torch, init[0].dtype):
+    with torch_scalars_in(init[0].dtype):
         params = [torch.tensor(a.copy(), requires_grad=True) for a in init]
         opt = torch.optim.LBFGS(params, **kwargs)
 
@@ -121,13 +111,19 @@ def test_float64_trajectory_matches_torch(torch, kwargs, seed):
 
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=IDS)
 def test_float32_trajectory_matches_torch(torch, kwargs):
-    """float32: the same path until near the minimum, where rounding noise in the gradient
-    decides line-search branches differently; both end at the same minimum."""
+    """float32: the same first two iterations (each with its line search); further on, near
+    the minimum, rounding noise in the gradient (which changes with the BLAS library's kernels
+    for the CPU) decides line-search branches and where a step stops (the defaults' first step
+    ends after 8 to 12 iterations); both end at the same minimum."""
     X, Y, init = make_problem(np.float32, 0)
+    first = dict(kwargs, max_iter=min(kwargs.get("max_iter", 20), 2))
+    _, start, _ = run_tapegrad(first, init, X, Y, 1)
+    _, ref_start, _ = run_torch(torch, first, init, X, Y, 1)
+    for pa, pb in zip(start[0], ref_start[0]):
+        np.testing.assert_allclose(pa, pb, rtol=1e-5, atol=1e-6)
     mine, traj, _ = run_tapegrad(kwargs, init, X, Y, 20)
     ref, ref_traj, _ = run_torch(torch, kwargs, init, X, Y, 20)
     np.testing.assert_allclose(mine, ref, rtol=2e-6)
-    np.testing.assert_allclose(traj[0][0], ref_traj[0][0], rtol=1e-4, atol=1e-5)
     for a, b in zip(traj, ref_traj):
         for pa, pb in zip(a, b):
             assert pa.dtype == np.float32

@@ -4,13 +4,19 @@ torch.optim's trajectories; their errors, state dicts, allocation-free steps and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tracemalloc
 
 import numpy as np
 import pytest
-from optim_problem import make_problem, tg_loss, torch_loss
+from optim_problem import (
+    assert_lockstep,
+    make_problem,
+    run_lockstep,
+    run_tapegrad,
+    run_torch,
+    tg_loss,
+)
 
 import tapegrad as tg
 from tapegrad import optim
@@ -38,11 +44,13 @@ CONFIGS = [
     ("SGD", dict(lr=0.05, momentum=0.5, nesterov=True, weight_decay=1e-3)),
 ]
 IDS = [f"{n}-" + "-".join(f"{k}={v}" for k, v in kw.items()) for n, kw in CONFIGS]
-# float32: one update agrees with torch's to an ulp given the same gradient, but where an
-# element's gradient shrinks to about eps, Adamax's m / u multiplies an earlier difference by
-# about lr (1 - beta1) / eps (25 for the betas=(0.5, 0.9), eps=1e-3 case) per step, which
-# takes 20 steps to ~1e-5 absolute; float64 shows the formulas are the same.
-TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-11, atol=1e-13)}
+# Given the same gradients every update agrees with torch's to float32 (float64) rounding:
+# 20 steps stay within 1.5 eps (relative, and absolute below 1) of torch's, with torch's
+# vectorised kernels (which fuse multiply-adds) and with its plain ones. Trajectories that each
+# follow their own gradients are compared in float64 only: in float32 they measure the BLAS
+# library's rounding as much as the optimiser (see optim_problem.py).
+STEP_ULPS = 8
+F64_TOL = dict(rtol=1e-11, atol=1e-13)
 NEW = ["Adagrad", "Adadelta", "Adamax", "NAdam"]
 
 
@@ -51,63 +59,39 @@ def torch():
     return pytest.importorskip("torch")
 
 
-@contextlib.contextmanager
-def _torch_scalars_in(torch, dtype):
-    """torch keeps optimiser scalars (NAdam's mu_product) in its default dtype: float64 runs
-    are compared with float64 scalars, as tapegrad computes them."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64 if dtype == np.float64 else torch.float32)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
-
-
-def _groups(params, groups):
-    return (
-        params
-        if groups is None
-        else [dict(g, params=[params[i] for i in g["params"]]) for g in groups]
-    )
-
-
-def run_tapegrad(name, kwargs, init, X, Y, steps, groups=None):
-    params = [tg.tensor(a.copy(), requires_grad=True) for a in init]
-    opt = getattr(optim, name)(_groups(params, groups), **kwargs)
-    traj = []
-    for _ in range(steps):
-        opt.zero_grad()
-        tg_loss(params, X, Y).backward()
-        opt.step()
-        traj.append([p.data.copy() for p in params])
-    return traj, params, opt
-
-
-def run_torch(torch, name, kwargs, init, X, Y, steps, groups=None):
-    with _torch_scalars_in(torch, init[0].dtype):
-        params = [torch.tensor(a.copy(), requires_grad=True) for a in init]
-        opt = getattr(torch.optim, name)(_groups(params, groups), **kwargs)
-        traj = []
-        for _ in range(steps):
-            opt.zero_grad()
-            torch_loss(params, X, Y).backward()
-            opt.step()
-            traj.append([p.detach().numpy().copy() for p in params])
-    return traj
-
-
 @pytest.mark.parametrize("seed", [0, 7])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,kwargs", CONFIGS, ids=IDS)
-def test_trajectory_matches_torch(torch, name, kwargs, dtype, seed):
+def test_steps_match_torch_on_the_same_gradients(torch, name, kwargs, dtype, seed):
     X, Y, init = make_problem(dtype, seed=seed)
+    records, _ = run_lockstep(name, kwargs, init, X, Y, 20)
+    assert_lockstep(records, dtype, STEP_ULPS)
+    assert not np.allclose(records[-1]["params"][0], init[0], atol=1e-3)  # it moved
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("name,kwargs", CONFIGS, ids=IDS)
+def test_float64_trajectory_matches_torch(torch, name, kwargs, seed):
+    X, Y, init = make_problem(np.float64, seed=seed)
     mine, params, _ = run_tapegrad(name, kwargs, init, X, Y, 20)
-    ref = run_torch(torch, name, kwargs, init, X, Y, 20)
+    ref = run_torch(name, kwargs, init, X, Y, 20)
     for step, (a, b) in enumerate(zip(mine, ref)):
         for i, (pa, pb) in enumerate(zip(a, b)):
-            assert pa.dtype == dtype
-            np.testing.assert_allclose(pa, pb, **TOL[dtype], err_msg=f"step {step} param {i}")
+            assert pa.dtype == np.float64
+            np.testing.assert_allclose(pa, pb, **F64_TOL, err_msg=f"step {step} param {i}")
     assert not np.allclose(params[0].data, init[0], atol=1e-3)  # it moved
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_adamax_steps_are_torchs_bit_for_bit_where_its_kernels_agree(torch, dtype):
+    """With beta1 = 0.5 and no weight decay, torch's Adamax rounds the same on every CPU (its
+    lerp by 1/2 and its addcdiv have nothing to fuse into a multiply-add): tapegrad's steps,
+    given the same gradients, are the same bits."""
+    X, Y, init = make_problem(dtype, seed=0)
+    records, _ = run_lockstep("Adamax", dict(lr=0.05, betas=(0.5, 0.9), eps=1e-3), init, X, Y, 20)
+    for rec in records:
+        for p, q in zip(rec["params"], rec["ref"]):
+            np.testing.assert_array_equal(p, q)
 
 
 @pytest.mark.parametrize("name", NEW + ["SGD"])
@@ -125,11 +109,11 @@ def test_param_groups_match_torch(torch, name):
         {"params": [1, 2]},
     ]
     mine, _, opt = run_tapegrad(name, base, init, X, Y, 20, groups)
-    ref = run_torch(torch, name, base, init, X, Y, 20, groups)
+    ref = run_torch(name, base, init, X, Y, 20, groups)
     assert opt.param_groups[0]["lr"] == 0.05 and opt.param_groups[0]["weight_decay"] == 0.1
     for a, b in zip(mine, ref):
         for pa, pb in zip(a, b):
-            np.testing.assert_allclose(pa, pb, **TOL[np.float64])
+            np.testing.assert_allclose(pa, pb, **F64_TOL)
 
 
 def test_sgd_nesterov_with_weight_decay_by_hand():

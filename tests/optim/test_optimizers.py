@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from optim_problem import make_problem, tg_loss, torch_loss
+from optim_problem import (
+    assert_lockstep,
+    make_problem,
+    run_lockstep,
+    run_tapegrad,
+    run_torch,
+)
 
 import tapegrad as tg
 from tapegrad import optim
@@ -33,54 +38,32 @@ CONFIGS = [
     ("RMSprop", dict(lr=0.01, alpha=0.9, eps=1e-3, weight_decay=0.2)),
 ]
 IDS = [f"{n}-" + "-".join(f"{k}={v}" for k, v in kw.items()) for n, kw in CONFIGS]
-TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-11, atol=1e-13)}
-
-
-def run_tapegrad(name, kwargs, init, X, Y, steps, groups=None):
-    params = [tg.tensor(a.copy(), requires_grad=True) for a in init]
-    spec = (
-        params
-        if groups is None
-        else [dict(g, params=[params[i] for i in g["params"]]) for g in groups]
-    )
-    opt = getattr(optim, name)(spec, **kwargs)
-    traj = []
-    for _ in range(steps):
-        opt.zero_grad()
-        tg_loss(params, X, Y).backward()
-        opt.step()
-        traj.append([p.data.copy() for p in params])
-    return traj, params, opt
-
-
-def run_torch(name, kwargs, init, X, Y, steps, groups=None):
-    params = [torch.tensor(a.copy(), requires_grad=True) for a in init]
-    spec = (
-        params
-        if groups is None
-        else [dict(g, params=[params[i] for i in g["params"]]) for g in groups]
-    )
-    opt = getattr(torch.optim, name)(spec, **kwargs)
-    traj = []
-    for _ in range(steps):
-        opt.zero_grad()
-        torch_loss(params, X, Y).backward()
-        opt.step()
-        traj.append([p.detach().numpy().copy() for p in params])
-    return traj
+# Given the same gradients, 20 steps agree with torch's to 1.5 eps at most (see
+# test_more_optimizers.py); trajectories that follow their own gradients are compared in
+# float64, where the BLAS library's rounding stays far below the tolerance (optim_problem.py).
+STEP_ULPS = 8
+F64_TOL = dict(rtol=1e-11, atol=1e-13)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("name,kwargs", CONFIGS, ids=IDS)
-def test_trajectory_matches_torch(name, kwargs, dtype):
+def test_steps_match_torch_on_the_same_gradients(name, kwargs, dtype):
     X, Y, init = make_problem(dtype)
+    records, _ = run_lockstep(name, kwargs, init, X, Y, 20)
+    assert_lockstep(records, dtype, STEP_ULPS)
+    # the parameters moved (a trajectory that stands still would match trivially)
+    assert not np.allclose(records[-1]["params"][0], init[0], atol=1e-3)
+
+
+@pytest.mark.parametrize("name,kwargs", CONFIGS, ids=IDS)
+def test_float64_trajectory_matches_torch(name, kwargs):
+    X, Y, init = make_problem(np.float64)
     mine, params, _ = run_tapegrad(name, kwargs, init, X, Y, 20)
     ref = run_torch(name, kwargs, init, X, Y, 20)
     for step, (a, b) in enumerate(zip(mine, ref)):
         for i, (pa, pb) in enumerate(zip(a, b)):
-            assert pa.dtype == dtype
-            np.testing.assert_allclose(pa, pb, **TOL[dtype], err_msg=f"step {step} param {i}")
-    # the parameters moved (a trajectory that stands still would match trivially)
+            assert pa.dtype == np.float64
+            np.testing.assert_allclose(pa, pb, **F64_TOL, err_msg=f"step {step} param {i}")
     assert not np.allclose(params[0].data, init[0], atol=1e-3)
 
 
@@ -97,7 +80,7 @@ def test_param_groups_match_torch(name):
     assert opt.param_groups[0]["lr"] == 0.05 and opt.param_groups[1]["lr"] == base[name]["lr"]
     for a, b in zip(mine, ref):
         for pa, pb in zip(a, b):
-            np.testing.assert_allclose(pa, pb, **TOL[np.float64])
+            np.testing.assert_allclose(pa, pb, **F64_TOL)
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop"])

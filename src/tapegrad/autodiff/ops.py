@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from .primitives.conv import (  # noqa: F401
+    conv1d,
+    conv2d,
+    conv_transpose1d,
+    conv_transpose2d,
+)
 from .primitives.elementwise import (  # noqa: F401
     absolute,
     add,
@@ -58,6 +64,12 @@ from .primitives.elementwise import (  # noqa: F401
 )
 from .primitives.linalg import matmul  # noqa: F401
 from .primitives.nn import *  # noqa: F401,F403
+from .primitives.pool import (  # noqa: F401
+    max_pool1d,
+    max_pool2d,
+    max_unpool1d,
+    max_unpool2d,
+)
 from .primitives.recurrent import gru_scan, lstm_scan, rnn_scan  # noqa: F401
 from .primitives.reduce import (  # noqa: F401
     all,

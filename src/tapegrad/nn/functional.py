@@ -195,25 +195,82 @@ def dropout2d(
 
 
 # -- convolution, pooling, embedding -----------------------------------------------------------
-def conv1d(x: ArrayLike, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0):
-    """1-D convolution (cross-correlation) of ``x (N, C, L)`` with ``weight (O, C, K)``."""
-    return ops.conv1d(x, weight, bias, stride=stride, padding=padding)
+def conv1d(x: ArrayLike, weight: Tensor, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution (cross-correlation) of ``x (N, C, L)`` with ``weight (O, C/groups, K)``;
+    ``padding`` an int, ``'same'``, ``'valid'`` or a ((before, after),) pair (see
+    :func:`tapegrad.conv1d`)."""
+    return ops.conv1d(x, weight, bias, stride, padding, dilation, groups)
 
 
-def conv2d(x: ArrayLike, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0):
-    """2-D convolution: ``x (N, C, H, W)``, ``weight (O, C, KH, KW)``; stride, padding: int or
-    pair."""
-    return ops.conv2d(x, weight, bias, stride=stride, padding=padding)
+def conv2d(x: ArrayLike, weight: Tensor, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution: ``x (N, C, H, W)``, ``weight (O, C/groups, KH, KW)``; stride, padding,
+    dilation: int or pair (padding also ``'same'``/``'valid'``)."""
+    return ops.conv2d(x, weight, bias, stride, padding, dilation, groups)
 
 
-def max_pool1d(x: ArrayLike, kernel_size: int, stride: int | None = None) -> Tensor:
-    """Max over windows along L of ``x (N, C, L)``; ``stride`` defaults to ``kernel_size``."""
-    return ops.max_pool1d(x, kernel_size, stride)
+def conv_transpose1d(
+    x: ArrayLike,
+    weight: Tensor,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """Transposed 1-D convolution, PyTorch's arguments: ``weight (C_in, C_out/groups, K)``."""
+    return ops.conv_transpose1d(x, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
-def max_pool2d(x: ArrayLike, kernel_size, stride=None) -> Tensor:
+def conv_transpose2d(
+    x: ArrayLike,
+    weight: Tensor,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+):
+    """Transposed 2-D convolution, PyTorch's arguments: ``weight (C_in, C_out/groups, KH, KW)``."""
+    return ops.conv_transpose2d(x, weight, bias, stride, padding, output_padding, groups, dilation)
+
+
+def max_pool1d(
+    x: ArrayLike,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode=False,
+    return_indices=False,
+):
+    """Max over windows along L of ``x (N, C, L)``; ``stride`` defaults to ``kernel_size``;
+    -inf padding, dilation, ceil_mode and return_indices as PyTorch."""
+    return ops.max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(
+    x: ArrayLike,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode=False,
+    return_indices=False,
+):
     """Max over windows of ``x (N, C, H, W)``; ``stride`` defaults to ``kernel_size``."""
-    return ops.max_pool2d(x, kernel_size, stride)
+    return ops.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_unpool1d(x: ArrayLike, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Each value of x at its max_pool1d index in a zero output (PyTorch's max_unpool1d)."""
+    return ops.max_unpool1d(x, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(x: ArrayLike, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Each value of x at its max_pool2d index in a zero output (PyTorch's max_unpool2d)."""
+    return ops.max_unpool2d(x, indices, kernel_size, stride, padding, output_size)
 
 
 def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor:

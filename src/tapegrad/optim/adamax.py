@@ -18,7 +18,7 @@ __all__ = ["Adamax"]
 class Adamax(Optimizer):
     """With ``d = grad`` (``-grad`` with ``maximize``) ``+ weight_decay * p`` and ``t`` the
     parameter's step count: ``m = b1 m + (1 - b1) d``, ``u = max(b2 u, |d| + eps)``,
-    ``p -= lr / (1 - b1^t) * m / u`` (``m``: ``exp_avg``, ``u``: ``exp_inf``; a NaN in the
+    ``p -= (lr / (1 - b1^t) * m) / u`` (``m``: ``exp_avg``, ``u``: ``exp_inf``; a NaN in the
     gradient stays in ``u``, as in PyTorch).
     """
 
@@ -53,13 +53,20 @@ class Adamax(Optimizer):
         state["step"] = step = state["step"] + 1
         d = self._direction(p, grad, t0, group["weight_decay"], group["maximize"])
         m, u = state["exp_avg"], state["exp_inf"]
-        np.subtract(d, m, out=t1)  # m += (1 - beta1) * (d - m)
-        np.multiply(t1, 1.0 - beta1, out=t1)
-        np.add(m, t1, out=m)
+        # m moves towards d by w = 1 - beta1 from whichever end is nearer (from m when w < 1/2,
+        # back from d otherwise): the rounding of PyTorch's lerp, with w and 1 - w in p's dtype
+        w = p.dtype.type(1.0 - beta1)
+        np.subtract(d, m, out=t1)
+        if w < 0.5:  # m += w * (d - m)
+            np.multiply(t1, w, out=t1)
+            np.add(m, t1, out=m)
+        else:  # m = d - (1 - w) * (d - m)
+            np.multiply(t1, 1 - w, out=t1)
+            np.subtract(d, t1, out=m)
         np.multiply(u, beta2, out=u)  # u = max(beta2 u, |d| + eps)
         np.abs(d, out=t1)
         np.add(t1, group["eps"], out=t1)
         np.maximum(u, t1, out=u)
-        np.divide(m, u, out=t1)
-        np.multiply(t1, group["lr"] / (1.0 - beta1**step), out=t1)
+        np.multiply(m, group["lr"] / (1.0 - beta1**step), out=t1)  # p -= (clr * m) / u
+        np.divide(t1, u, out=t1)
         np.subtract(p, t1, out=p)

@@ -61,7 +61,7 @@ if numba is not None:
         for m in range(x.shape[0]):
             for i in range(oh):
                 for j in range(ow):
-                    best, bi = window_max(x, m, i * sh, j * sw, kh, kw)
+                    best, bi = window_max(x, m, i * sh, j * sw, kh, kw, 1, 1)
                     if best <= 0:  # relu(x) is 0 over the whole window: no gradient flows
                         best = best - best  # +0.0 in x's type, as relu gives
                         bi = 0

@@ -1,6 +1,7 @@
 """Importing this package registers every primitive family in ``registry.REGISTRY``."""
 
 from . import (  # noqa: F401
+    conv,
     device,
     einsum,
     elementwise,
@@ -10,6 +11,7 @@ from . import (  # noqa: F401
     movement,
     nn,
     pointwise,
+    pool,
     recurrent,
     reduce,
     scan,

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels, xp_of
+from ..backend import cuda_kernels, is_array, xp_of
 from ..kernels import relu_max_pool_backward, relu_max_pool_forward
 from ..kernels.fused import bias_relu_backward, bias_relu_forward
 from ..kernels.pool import pool_arg_dtype
 from . import samples as S
-from .nn import _pool_reference, _pool_samples
+from .pool import _pool_reference, _pool_samples
 from .registry import Sample, primitive, run, scratch
 
 
@@ -129,10 +129,18 @@ def _relu_max_pool_backward_fwd(g, y, arg, x_shape, kernel, stride, out=None, ws
 
 def _relu_max_pool_samples(rng):
     return [
-        Sample((s.args[0] - 0.0125,), s.attrs)  # no value at relu's kink
+        Sample((s.args[0] - 0.0125,), {"kernel": s.attrs["kernel"], "stride": s.attrs["stride"]})
         for d in (1, 2)
-        for s in _pool_samples(d)(rng)
+        for s in _pool_samples(d)(rng)  # no value at relu's kink
+        if _plain_windows(s.attrs)
     ]
+
+
+def _plain_windows(attrs) -> bool:
+    """Windows without padding or dilation: what the fused kernels take."""
+    return not any(lo or hi for lo, hi in attrs["padding"]) and all(
+        d == 1 for d in attrs["dilation"]
+    )
 
 
 def _relu_max_pool_backward_samples(rng):
@@ -146,16 +154,19 @@ def _relu_max_pool_backward_samples(rng):
 
 
 def _relu_max_pool_backward_reference(g, y, arg, x_shape, kernel, stride):
-    from .nn import _pool_backward_reference
+    from .pool import _pool_backward_reference
 
-    return _pool_backward_reference(np.where(y > 0, g, 0.0), arg, x_shape, kernel, stride)
+    plain = {"padding": ((0, 0),) * len(kernel), "dilation": (1,) * len(kernel)}
+    return _pool_backward_reference(np.where(y > 0, g, 0.0), arg, x_shape, kernel, stride, **plain)
 
 
 relu_max_pool = primitive(
     "relu_max_pool",
     _relu_max_pool_fwd,
     (_relu_max_pool_vjp,),
-    reference=lambda x, kernel, stride: _pool_reference(np.maximum(x, 0), kernel, stride),
+    reference=lambda x, kernel, stride: _pool_reference(
+        np.maximum(x, 0), kernel, stride, ((0, 0),) * len(kernel), (1,) * len(kernel)
+    ),
     samples=_relu_max_pool_samples,
     aux=True,
     higher_order=False,
@@ -177,8 +188,8 @@ relu_max_pool_backward_kernel = primitive(
 def _fuse_bias_relu(add, relu):
     x, b = add.inputs
     if (
-        isinstance(x, np.ndarray)
-        and isinstance(b, np.ndarray)
+        is_array(x)
+        and is_array(b)
         and x.ndim == 2
         and b.shape == (x.shape[1],)
         and x.dtype == b.dtype
@@ -191,8 +202,8 @@ def _fuse_bias_relu(add, relu):
 
 def _fuse_relu_max_pool(relu, pool):
     (x,) = relu.inputs
-    if isinstance(x, np.ndarray) and x.ndim in (3, 4) and x.flags.c_contiguous:
-        return relu_max_pool, dict(pool.attrs)
+    if is_array(x) and x.ndim in (3, 4) and x.flags.c_contiguous and _plain_windows(pool.attrs):
+        return relu_max_pool, {"kernel": pool.attrs["kernel"], "stride": pool.attrs["stride"]}
     return None
 
 

@@ -181,7 +181,8 @@ def run(prim: Primitive, *args, **attrs):
     for a in args:
         if isinstance(a, _Tensor):
             return _engine_apply(prim, *args, **attrs)
-    return prim.forward(*args, **attrs)
+    out = prim.forward(*args, **attrs)
+    return out[0] if prim.aux and type(out) is tuple else out  # its result, not what it saved
 
 
 def differentiating(g) -> bool:

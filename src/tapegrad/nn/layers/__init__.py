@@ -2,7 +2,16 @@
 
 from .activation import Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
 from .attention import MultiheadAttention
-from .conv import Conv1d, Conv2d, MaxPool1d, MaxPool2d
+from .conv import (
+    Conv1d,
+    Conv2d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    MaxPool1d,
+    MaxPool2d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+)
 from .dropout import Dropout, Dropout2d
 from .embedding import Embedding
 from .linear import Linear
@@ -19,6 +28,10 @@ __all__ = [
     "Conv2d",
     "MaxPool1d",
     "MaxPool2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "MaxUnpool1d",
+    "MaxUnpool2d",
     "AvgPool1d",
     "AvgPool2d",
     "AdaptiveAvgPool1d",

@@ -3,6 +3,8 @@ layer, the expected shape pattern and the actual shape, before anything is compu
 
 from __future__ import annotations
 
+import contextlib
+
 from ...autodiff.errors import ShapeError
 
 
@@ -20,6 +22,15 @@ def check_input(layer, x, pattern: tuple, sizes: dict[int, int] | None = None) -
 def fail(layer, expected: str, shape) -> None:
     """Raise the layer's ShapeError for a condition check_input cannot express."""
     raise ShapeError(f"{layer!r}: expected {expected}, got {tuple(shape)}")
+
+
+@contextlib.contextmanager
+def named(layer):
+    """A ShapeError raised inside names the layer first (its repr: type and settings)."""
+    try:
+        yield
+    except ShapeError as e:
+        raise type(e)(f"{layer!r}: {e}") from None
 
 
 def _fmt(pattern: tuple) -> str:
