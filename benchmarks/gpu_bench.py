@@ -199,10 +199,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args(argv)
+    if not tg.cuda.is_available():
+        sys.exit(f"gpu_bench: {tg.cuda.unavailable_reason()}")
     import cupy
     import torch
 
-    tg.tensor([0.0], device="cuda")  # fails in one line without CuPy or a GPU
     device = torch.cuda.get_device_name(0)
     results = []
     for name in args.workloads.split(","):
