@@ -112,6 +112,8 @@ def test_info_lists_versions_and_datasets(real_data, capsys):
     assert main(["info", "--data-dir", str(real_data)]) == 0
     out = capsys.readouterr().out
     assert "numpy" in out and "numba" in out and "datasets:" in out
+    cuda = next(line for line in out.splitlines() if line.startswith("cuda "))
+    assert tg_cuda_available() or "pip install cupy-cuda12x" in cuda
     assert str(real_data) in out
 
 
@@ -141,3 +143,9 @@ def test_eager_flag_trains_the_same_model(real_data, tmp_path, capsys):
     a, b = (tg.load(f) for f in files)
     for k in a:  # compiled and eager runs end with bit-identical weights
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def tg_cuda_available() -> bool:
+    import tapegrad as tg
+
+    return tg.cuda.is_available()

@@ -13,6 +13,7 @@ from .autodiff import (
     AnomalyError,
     CompiledFunction,
     CustomOp,
+    DeviceError,
     DTypeError,
     GradcheckError,
     GraphError,
@@ -44,12 +45,13 @@ from .autodiff.ops import *  # noqa: F403  (every operation: tg.exp, tg.matmul, 
 __version__ = "0.1.0"
 
 
-def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
-    """A Tensor from an ndarray (its dtype kept), a list or a number (float32 by default)."""
-    return Tensor(data, requires_grad=requires_grad, dtype=dtype)
+def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor:
+    """A Tensor from an ndarray (its dtype kept), a list or a number (float32 by default), on
+    ``device`` (``"cpu"``, ``"cuda"``; default: where ``data`` is, the CPU for host data)."""
+    return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
-from . import data, nn, optim  # noqa: E402
+from . import cuda, data, nn, optim  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     eye,
@@ -74,6 +76,7 @@ manual_seed = nn.init.manual_seed
 __all__ = [
     "Tensor",
     "tensor",
+    "DeviceError",
     "zeros",
     "ones",
     "randn",
@@ -118,6 +121,7 @@ __all__ = [
     "TraceError",
     "manual_seed",
     "nn",
+    "cuda",
     "optim",
     "data",
     "save",

@@ -276,6 +276,7 @@ def cmd_train(args) -> int:
     _on_rank_0(comm, lambda: check_outputs(files, args.checkpoint_dir))
     _on_rank_0(comm, lambda: _check_checkpoints(args, _settings(args, preset, dataset, epochs)))
     _set_threads(args.threads)
+    device = _device(args.device, comm)
 
     try:
         exp = setup(
@@ -314,10 +315,11 @@ def cmd_train(args) -> int:
     task = "" if exp.task == preset.task else f" ({exp.task})"
     n = _threads()
     ranks = f", {comm.size} ranks x {n} thread{'s' if n > 1 else ''}" if comm.distributed else ""
+    on = f", on {device.name}" if device is not None else ""
     say(
         f"{preset.name} on {exp.dataset}{task}: {n_train} train / {len(ds.test.y)} test "
         f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}{extras}, "
-        f"{batch}, {epochs} epochs, seed {args.seed}{ranks}"
+        f"{batch}, {epochs} epochs, seed {args.seed}{ranks}{on}"
     )
     trainer = Trainer(
         model,
@@ -329,6 +331,7 @@ def cmd_train(args) -> int:
         scheduler=make_scheduler(spec, exp.optimizer, steps_per_epoch),
         config=config,
         warn=lambda m: _say(f"warning: {m}"),
+        device=device,
     )
     try:
         with stop_on_signals(trainer):
@@ -489,8 +492,29 @@ def _fitting_presets(weights: dict, config: dict) -> list[str]:
     return fits
 
 
+DEVICE_HELP = (
+    "cpu or cuda (a GPU through CuPy: pip install cupy-cuda12x or cupy-cuda13x, and numba-cuda; "
+    "default: cpu)"
+)
+
+
 def _quiet(*args, **kwargs) -> None:
     pass
+
+
+def _device(name, comm=None):
+    """The device ``--device`` names (None: the CPU, as without the flag), checked before any
+    data loads: a device this machine cannot serve ends in one line saying what to install."""
+    if name is None or name == "cpu":
+        return None
+    from .autodiff.backend import DeviceError, get_device
+
+    if comm is not None and comm.distributed:
+        raise UserError(f"--device {name}: data-parallel training (--ranks) runs on the CPU")
+    try:
+        return get_device(name)
+    except DeviceError as e:
+        raise UserError(f"--device {name}: {e}") from None
 
 
 def vars_of(args) -> dict:
@@ -505,6 +529,7 @@ def cmd_evaluate(args) -> int:
     from .train.trainer import _state_problems
 
     path = args.model_file
+    device = _device(args.device)
     weights, desc = _read_model_file(path)
     name = desc["preset"]
     if name is None and args.preset is None:
@@ -545,7 +570,7 @@ def cmd_evaluate(args) -> int:
     if not is_npz(dataset):
         ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
     model.load_state_dict(weights)
-    trainer = Trainer(model, optimizer=None, task=task, log=None)
+    trainer = Trainer(model, optimizer=None, task=task, log=None, device=device)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
     shown = os.path.basename(dataset) if is_npz(dataset) else dataset
     score = f"MSE {loss:.4f}" if acc is None else f"loss {loss:.4f}, accuracy {100 * acc:.2f}%"
@@ -586,10 +611,24 @@ def cmd_info(args) -> int:
         threads = "?"
     print(f"{'cpus':<10} {os.cpu_count()} (numba threads {threads})")
     print(f"{'machine':<10} {platform.machine()} {platform.system()}")
+    print(f"{'cuda':<10} {_cuda_status()}")
     print("datasets:")
     for name, where in data.describe(args.data_dir).items():
         print(f"  {name:<14} {where if where else 'not found'}")
     return 0
+
+
+def _cuda_status() -> str:
+    """``--device cuda``'s status here: the GPU it would use, or why it cannot."""
+    from .cuda import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        return f"not available: {reason}"
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    return f"{props['name'].decode()} (CuPy {cupy.__version__})"
 
 
 def cmd_bench(args) -> int:
@@ -837,6 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
         "results (default: off, compiled)",
     )
     t.add_argument("--ranks", type=int, help=RANKS_HELP)
+    t.add_argument("--device", help=DEVICE_HELP)
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser(
@@ -856,6 +896,7 @@ def build_parser() -> argparse.ArgumentParser:
         "weights saved without tapegrad's metadata",
     )
     e.add_argument("--data-dir", help="the only folder searched for the dataset")
+    e.add_argument("--device", help=DEVICE_HELP)
     e.set_defaults(func=cmd_evaluate)
 
     i = sub.add_parser("info", help="versions, threads, and where each dataset was found")

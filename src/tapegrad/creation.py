@@ -14,7 +14,7 @@ import numpy as np
 
 from . import nn
 from .autodiff import ops
-from .autodiff.backend import DEFAULT_DTYPE
+from .autodiff.backend import DEFAULT_DTYPE, device_of, get_device, is_array
 from .autodiff.errors import ShapeError
 from .autodiff.plan import TraceError
 from .autodiff.primitives.indexing import one_hot as _one_hot
@@ -44,7 +44,14 @@ def full(shape, fill_value, dtype=DEFAULT_DTYPE, requires_grad: bool = False) ->
 
 
 def _like(x):
-    return np.asarray(x.data if isinstance(x, Tensor) else x)
+    a = x.data if isinstance(x, Tensor) else x
+    return a if is_array(a) else np.asarray(a)
+
+
+def _device(x):
+    """``x``'s device name when it is not the CPU (None there: the draws stay as they are)."""
+    dev = device_of(_like(x))
+    return None if dev.name == "cpu" else dev.name
 
 
 def zeros_like(x, dtype=None, requires_grad: bool = False) -> Tensor:
@@ -104,25 +111,28 @@ def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
 
 
 # -- random draws ---------------------------------------------------------------------------------
-def _draw(shape, dtype, dist, rng, **bounds) -> Tensor:
+def _draw(shape, dtype, dist, rng, device=None, **bounds) -> Tensor:
     dtype = np.dtype(dtype)
     kinds = "iu" if dist == "integers" else "f"
     if dtype.kind not in kinds or (dist != "integers" and dtype not in (np.float32, np.float64)):
         what = "integers" if dist == "integers" else "float32 or float64"
         raise TypeError(f"random samples here are {what}, not {dtype}")
     gen = rng if rng is not None else nn.init.default_generator()
+    if device is not None:
+        bounds["device"] = get_device(device).name
     return ops.random_draw(shape=_shape(shape), dtype=dtype.type, dist=dist, rng=gen, **bounds)
 
 
-def randn(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None) -> Tensor:
+def randn(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None, device=None):
     """Standard-normal samples, ``randn(2, 3)`` or ``randn((2, 3))``, drawn from ``rng``
-    (``nn.init``'s default generator when None). A compiled step draws afresh on every call."""
-    return _draw(shape, dtype, "normal", rng)
+    (``nn.init``'s default generator when None) on the host and put on ``device``. A compiled
+    step draws afresh on every call."""
+    return _draw(shape, dtype, "normal", rng, device)
 
 
-def rand(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None) -> Tensor:
+def rand(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None, device=None):
     """Uniform samples on [0, 1); see :func:`randn`."""
-    return _draw(shape, dtype, "uniform", rng)
+    return _draw(shape, dtype, "uniform", rng, device)
 
 
 def randint(
@@ -142,9 +152,9 @@ def _float_dtype(x):
 
 def randn_like(x, rng: np.random.Generator | None = None) -> Tensor:
     """Standard-normal samples shaped like ``x``, in its float dtype; see :func:`randn`."""
-    return _draw((np.shape(_like(x)),), _float_dtype(x), "normal", rng)
+    return _draw((np.shape(_like(x)),), _float_dtype(x), "normal", rng, _device(x))
 
 
 def rand_like(x, rng: np.random.Generator | None = None) -> Tensor:
     """Uniform samples on [0, 1) shaped like ``x``; see :func:`randn`."""
-    return _draw((np.shape(_like(x)),), _float_dtype(x), "uniform", rng)
+    return _draw((np.shape(_like(x)),), _float_dtype(x), "uniform", rng, _device(x))

@@ -2,6 +2,7 @@
 
 from . import primitives  # noqa: F401  (registers every primitive)
 from .anomaly import AnomalyError, detect_anomaly, is_anomaly_enabled  # noqa: F401
+from .backend import DeviceError  # noqa: F401
 from .checkpoint import checkpoint  # noqa: F401
 from .custom import CustomOp, custom_op  # noqa: F401
 from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError  # noqa: F401

@@ -99,7 +99,7 @@ def _backward(g, *arrays, fn, kwargs, n_args, params, rng_log, needs):
             out_t = _run(fn, leaves, kwargs, [])
             wanted = [t for t, need in zip(leaves + list(params), needs) if need]
             found = (
-                gradients(out_t, wanted, np.asarray(g, dtype=out_t.dtype), allow_unused=True)
+                gradients(out_t, wanted, g.astype(out_t.dtype, copy=False), allow_unused=True)
                 if wanted and out_t.requires_grad
                 else [None] * len(wanted)
             )

@@ -27,7 +27,7 @@ import contextlib
 import numpy as np
 
 from . import anomaly
-from .backend import DEFAULT_DTYPE
+from .backend import DEFAULT_DTYPE, asarray, check_same_device, is_array, on_device
 from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
 from .primitives.shape import sum_to
@@ -117,8 +117,8 @@ class Node:
             x = inputs[i]
             if tensors:
                 if not isinstance(gi, Tensor):
-                    gi = _constant(np.asarray(gi))
-            elif type(gi) is not np.ndarray:
+                    gi = _constant(gi if is_array(gi) else asarray(gi, like=x.data))
+            elif type(gi) is not np.ndarray and not on_device(gi):
                 gi = np.asarray(gi)
             if prim.broadcasting and gi.shape != x.shape:
                 gi = registry.run(sum_to, gi, shape=x.shape)
@@ -138,7 +138,7 @@ class Node:
 
 
 def _is_array(a) -> bool:
-    return isinstance(a, np.ndarray)
+    return is_array(a)
 
 
 def _constant(a) -> Tensor:
@@ -163,26 +163,33 @@ def _lift(args: tuple, exact: bool) -> list:
             same = False
     if same:
         return data
+    dtype = like = None
     for d in data:
-        if isinstance(d, np.ndarray) and d.dtype.kind == "f":
-            dtype = d.dtype
-            break
+        if type(d) is np.ndarray or is_array(d):
+            like = d if like is None or type(like) is np.ndarray else like
+            if dtype is None and d.dtype.kind == "f":
+                dtype = d.dtype
     if dtype is None and exact:
-        return [d if isinstance(d, np.ndarray) else np.asarray(d) for d in data]
+        return [d if is_array(d) else asarray(d, like=like) for d in data]
     dtype = dtype or DEFAULT_DTYPE
     out = []
     for d in data:
-        if isinstance(d, np.ndarray):
+        if type(d) is np.ndarray or is_array(d):
             out.append(d.astype(dtype) if d.dtype.kind in "iu" else d)
-        else:
-            out.append(np.asarray(d, dtype=np.bool_ if isinstance(d, bool) else dtype))
+        else:  # a number (on the operands' device: a 0-d array there)
+            out.append(asarray(d, np.bool_ if isinstance(d, bool) else dtype, like=like))
     return out
 
 
 def _check_dtypes(prim, arrays) -> None:
     dtype = None
+    mixed = False
     for d in arrays:
-        if isinstance(d, np.ndarray) and d.dtype.kind == "f":
+        if type(d) is not np.ndarray:
+            mixed = mixed or on_device(d)
+            if not is_array(d):
+                continue
+        if d.dtype.kind == "f":
             if dtype is None:
                 dtype = d.dtype
             elif d.dtype != dtype:
@@ -190,6 +197,8 @@ def _check_dtypes(prim, arrays) -> None:
                     f"{prim.name}: operands have dtypes {dtype} and {d.dtype}; tapegrad never "
                     f"promotes silently, cast one explicitly with .astype()"
                 )
+    if mixed:
+        check_same_device(prim.name, arrays)
 
 
 def apply(prim, *args, **attrs):
@@ -227,7 +236,7 @@ def apply(prim, *args, **attrs):
             return _apply_multi(prim, args, arrays, attrs, out)
         out, *aux = out
         aux = tuple(aux)
-    if type(out) is not np.ndarray:
+    if type(out) is not np.ndarray and not on_device(out):
         out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
     site = None
     if anomaly._Mode.enabled:
@@ -262,7 +271,7 @@ def _apply_multi(prim, args, arrays, attrs, outs) -> tuple:
             f"{prim.name}: a fused backward kernel cannot be differentiated (the operation "
             f"whose gradient it computes is first-order only)"
         )
-    results = tuple(Tensor._make(np.asarray(o), None, False) for o in outs)
+    results = tuple(Tensor._make(o if is_array(o) else np.asarray(o), None, False) for o in outs)
     trace = _TRACING.active
     if trace is not None:
         trace.record_eq(prim, args, arrays, attrs, results, (), True)
@@ -315,7 +324,8 @@ def _seed(root: Tensor, gradient, fname: str, graph: bool = False):
     if graph and isinstance(gradient, Tensor) and gradient.requires_grad:
         g = gradient
     else:
-        g = np.asarray(gradient.data if isinstance(gradient, Tensor) else gradient)
+        g = gradient.data if isinstance(gradient, Tensor) else gradient
+        g = g if is_array(g) else asarray(g, like=root.data)
     if g.shape != root.shape:
         raise ShapeError(
             f"{fname}: gradient has shape {g.shape}, the tensor has shape {root.shape}"
@@ -428,7 +438,7 @@ def gradients(
     single_out = isinstance(outputs, Tensor)
     outs = [outputs] if single_out else list(outputs)
     ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-    if grad_outputs is None or isinstance(grad_outputs, (Tensor, np.ndarray)):
+    if grad_outputs is None or isinstance(grad_outputs, Tensor) or is_array(grad_outputs):
         grad_outputs = (
             [grad_outputs] * len(outs) if single_out or grad_outputs is None else [grad_outputs]
         )
@@ -462,7 +472,7 @@ def gradients(
                 )
             g = np.zeros_like(t.data)
         if not isinstance(g, Tensor):
-            g = _constant(np.asarray(g))
+            g = _constant(g if is_array(g) else np.asarray(g))
         result.append(g)
     return tuple(result)
 

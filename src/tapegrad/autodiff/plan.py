@@ -58,6 +58,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import tensor as _tensor_mod
+from .backend import device_of, is_array, xp_of
 from .primitives.registry import Workspace
 from .tensor import Tensor
 
@@ -450,9 +451,9 @@ def _signature(args) -> tuple:
     key = []
     for a in args:
         if isinstance(a, Tensor):
-            key.append(("t", a.data.shape, a.data.dtype.str, a.requires_grad))
-        elif isinstance(a, np.ndarray):
-            key.append(("a", a.shape, a.dtype.str))
+            key.append(("t", a.data.shape, a.data.dtype.str, a.requires_grad, type(a.data)))
+        elif is_array(a):
+            key.append(("a", a.shape, a.dtype.str, type(a)))
         else:
             try:
                 hash(a)
@@ -494,12 +495,13 @@ class _Pool:
         """(an array shaped and laid out like ``like``, the block it lives in)."""
         if like.nbytes == 0:
             return np.empty_like(like), None
+        dev = device_of(like)
         for i, block in enumerate(self.free):
-            if block.nbytes >= like.nbytes:
+            if block.nbytes >= like.nbytes and device_of(block) is dev:
                 del self.free[i]
                 break
         else:
-            block = np.empty(like.nbytes, np.uint8)
+            block = dev.xp.empty(like.nbytes, np.uint8)
             self.allocated += like.nbytes
         return _laid_out_like(like, block), block
 
@@ -519,7 +521,7 @@ def _laid_out_like(like: np.ndarray, block: np.ndarray) -> np.ndarray:
     for i in reversed(order):
         strides[i] = step
         step *= like.shape[i]
-    return np.ndarray(like.shape, like.dtype, buffer=block, strides=tuple(strides))
+    return device_of(like).from_block(block, like.shape, like.dtype, tuple(strides))
 
 
 def _equal_after_cast(x: np.ndarray, c: np.ndarray) -> bool:
@@ -530,7 +532,7 @@ def _equal_after_cast(x: np.ndarray, c: np.ndarray) -> bool:
 
 
 def _start(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+    return device_of(a).data_ptr(a)
 
 
 def _dense(a: np.ndarray) -> bool:
@@ -545,10 +547,11 @@ def _dense(a: np.ndarray) -> bool:
 
 def _view_source(out, arrays) -> int | None:
     """The position of the input array whose memory ``out`` is a view of, if any."""
-    if not isinstance(out, np.ndarray) or out.size == 0:
+    if not is_array(out) or out.size == 0:
         return None
+    dev = device_of(out)
     for k, a in enumerate(arrays):
-        if isinstance(a, np.ndarray) and np.may_share_memory(out, a):
+        if is_array(a) and device_of(a) is dev and np.may_share_memory(out, a):
             return k
     return None
 
@@ -708,10 +711,14 @@ class Plan:
             if not isinstance(e, Eq):
                 continue
             for kind, c in e.ins:
-                if kind != CONST or not isinstance(c, np.ndarray) or c.size < 2:
+                if kind != CONST or not is_array(c) or c.size < 2:
                     continue
                 for k, x in enumerate(self.input_vals):
-                    if x.shape == c.shape and _equal_after_cast(x, c):
+                    if (
+                        x.shape == c.shape
+                        and device_of(x) is device_of(c)
+                        and _equal_after_cast(x, c)
+                    ):
                         raise TraceError(
                             f"compile: {e.prim.name} received a constant equal to input {k} "
                             f"(shape {c.shape}): it was made from the input outside tapegrad "
@@ -745,7 +752,7 @@ class Plan:
         for a in args:
             if isinstance(a, Tensor):
                 np.copyto(next(inputs), a.data)
-            elif isinstance(a, np.ndarray):
+            elif is_array(a):
                 np.copyto(next(inputs), a)
         for step in self.program:
             step()
@@ -775,7 +782,7 @@ def _bound(e: Eq, ins: list, outs: list) -> Callable:
     if prim.writes_out:
         kw = dict(attrs, out=out)
         if prim.uses_ws:
-            kw["ws"] = Workspace()
+            kw["ws"] = Workspace(xp_of(*ins, *outs))
         return functools.partial(prim.forward, *ins, **kw)
 
     def run():  # a forward that only allocates (a custom operation, a rare one): copy its result
@@ -859,7 +866,7 @@ def _spec_vars(spec):
 
 
 def _is_array(a) -> bool:
-    return isinstance(a, (Tensor, np.ndarray))
+    return isinstance(a, Tensor) or is_array(a)
 
 
 def _flatten_outputs(out, trace: Trace):
@@ -950,7 +957,7 @@ class CompiledFunction:
         for a in args:
             if _is_array(a):
                 data = a.data if isinstance(a, Tensor) else a
-                t = Tensor._make(np.array(data, copy=True), None, False)
+                t = Tensor._make(xp_of(data).array(data, copy=True), None, False)
                 trace.inputs.append(trace.new_var(t))
                 inputs.append(t)
                 call_args.append(t)

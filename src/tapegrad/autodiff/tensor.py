@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .backend import DEFAULT_DTYPE
+from . import backend
+from .backend import DEFAULT_DTYPE, is_array, to_host, xp_of
 
 
 class _TRACING:
@@ -35,9 +36,16 @@ def _untraceable(t: Tensor, what: str) -> None:
         )
 
 
-def _as_array(data, dtype) -> np.ndarray:
+def _as_array(data, dtype, device=None) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.data
+    if device is not None:
+        dev = backend.get_device(device)
+        if dtype is None and backend.device_of(data) is backend.CPU:
+            data = _as_array(data, None)
+        return backend.copy_to_device(data if dtype is None else data.astype(dtype), dev)
+    if type(data) is not np.ndarray and backend.on_device(data):
+        return data if dtype is None else data.astype(dtype)  # a device array keeps its device
     if dtype is not None:
         return np.asarray(data, dtype=dtype)
     if isinstance(data, (np.ndarray, np.generic)):
@@ -58,8 +66,8 @@ class Tensor:
     __slots__ = ("data", "_grad", "_grad_t", "requires_grad", "_node", "_retain", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
 
-    def __init__(self, data, requires_grad: bool = False, dtype=None):
-        self.data = _as_array(data, dtype)
+    def __init__(self, data, requires_grad: bool = False, dtype=None, device=None):
+        self.data = _as_array(data, dtype, device)
         if requires_grad and self.data.dtype.kind != "f":
             raise TypeError(f"only float tensors can require grad, got dtype {self.data.dtype}")
         self._grad = None
@@ -100,9 +108,9 @@ class Tensor:
         return (self[i] for i in range(len(self.data)))
 
     def numpy(self) -> np.ndarray:
-        """The value as an ndarray (shared, not copied)."""
+        """The value as an ndarray: shared, not copied, on the CPU; a copy from a device."""
         _untraceable(self, "numpy()")
-        return self.data
+        return to_host(self.data)
 
     def item(self) -> float:
         _untraceable(self, "item()")
@@ -110,7 +118,7 @@ class Tensor:
 
     def tolist(self):
         _untraceable(self, "tolist()")
-        return self.data.tolist()
+        return to_host(self.data).tolist()
 
     def detach(self) -> Tensor:
         """The same values, cut from the graph (shares memory)."""
@@ -176,13 +184,15 @@ class Tensor:
 
     def _accumulate(self, g: np.ndarray) -> None:
         if self._grad is None:
-            self._grad = np.array(g, dtype=self.data.dtype, copy=True)
+            self._grad = xp_of(g).array(g, dtype=self.data.dtype, copy=True)
         else:
             self._grad += g
 
     def __repr__(self) -> str:
-        body = np.array2string(self.data, separator=", ", prefix="tensor(")
+        body = np.array2string(to_host(self.data), separator=", ", prefix="tensor(")
         extra = ""
+        if backend.on_device(self.data):
+            extra += f", device={self.device!r}"
         if self.data.dtype != DEFAULT_DTYPE:
             extra += f", dtype={self.data.dtype}"
         if self._node is not None:
@@ -399,13 +409,13 @@ class Tensor:
 
     def new_zeros(self, *shape):
         """Zeros of ``shape`` in this tensor's dtype (not recording a graph)."""
-        return Tensor(np.zeros(_shape_arg(shape), self.data.dtype))
+        return Tensor(xp_of(self.data).zeros(_shape_arg(shape), self.data.dtype))
 
     def new_ones(self, *shape):
-        return Tensor(np.ones(_shape_arg(shape), self.data.dtype))
+        return Tensor(xp_of(self.data).ones(_shape_arg(shape), self.data.dtype))
 
     def new_full(self, shape, fill_value):
-        return Tensor(np.full(_shape_arg((shape,)), fill_value, self.data.dtype))
+        return Tensor(xp_of(self.data).full(_shape_arg((shape,)), fill_value, self.data.dtype))
 
     def __format__(self, spec: str) -> str:
         """A one-element tensor formats as its number (``f"{loss:.4f}"``)."""
@@ -722,23 +732,30 @@ class Tensor:
     # -- devices and dtypes, PyTorch's way ----------------------------------------------------
     @property
     def device(self) -> str:
-        """Where the values live: ``"cpu"`` (the only device in this build)."""
-        return "cpu"
+        """Where the values live: ``"cpu"`` or ``"cuda"``."""
+        return backend.device_of(self.data).name
 
     def to(self, *args, **kwargs):
         """PyTorch's ``to``: a dtype converts (``x.to(np.float64)``, ``x.to("float64")``,
-        ``x.to(other_tensor)``: differentiable); a device name (``"cpu"``) is never read as a
-        dtype: ``"cpu"`` keeps the tensor, any other device raises (no CUDA backend here)."""
-        dtype = _to_args(args, kwargs)
-        if dtype is None or dtype == self.data.dtype:
-            return self
-        return astype(self, dtype)
+        ``x.to(other_tensor)``: dtype and device of the other), a device moves (``"cpu"``,
+        ``"cuda"``, ``"cuda:0"``): both differentiable, and the tensor itself when nothing
+        changes. A device this machine cannot serve raises ``DeviceError`` saying why."""
+        dtype, device = _to_args(args, kwargs)
+        t = self
+        if device is not None and backend.get_device(device) is not backend.device_of(t.data):
+            t = to_device(t, device=backend.get_device(device).name)
+        if dtype is None or dtype == t.data.dtype:
+            return t
+        return astype(t, dtype)
 
     def cpu(self):
-        return self
+        """This tensor on the CPU (itself when it is there; a differentiable copy otherwise)."""
+        return self.to("cpu")
 
-    def cuda(self, *args, **kwargs):
-        raise RuntimeError(_NO_DEVICE.format(device="cuda"))
+    def cuda(self, device=None, **kwargs):
+        """This tensor on the GPU (``device``: an index or ``"cuda:N"``, default the current)."""
+        name = "cuda" if device is None else device if isinstance(device, str) else f"cuda:{device}"
+        return self.to(name)
 
     def float(self):
         return self.to(np.float32)
@@ -791,7 +808,7 @@ class _Size(int):
 
 def _bool_operands(op: str, *xs) -> tuple:
     for x in xs:
-        d = x.data if isinstance(x, Tensor) else np.asarray(x)
+        d = x.data if isinstance(x, Tensor) else x if is_array(x) else np.asarray(x)
         if d.dtype != np.bool_:
             raise TypeError(
                 f"{op} on tensors is the logical operation on bool tensors (masks); got dtype "
@@ -806,29 +823,33 @@ _DTYPE_NAMES = {
     "float16", "float32", "float64",
 }  # fmt: skip
 _NO_DEVICE = (
-    "to({device!r}): this build of tapegrad has no CUDA or other accelerator backend (it "
-    "computes on the CPU); use 'cpu', or leave the device out"
+    "to({device!r}): tapegrad computes on the CPU ('cpu') and on NVIDIA GPUs through CuPy "
+    "('cuda'); {device!r} is not one of them"
 )
 
 
 def _to_args(args, kwargs):
-    """The dtype that ``Tensor.to(...)`` asks for (None: keep it), after checking devices."""
+    """(dtype, device) that ``Tensor.to(...)`` asks for (None: keep it)."""
     unknown = set(kwargs) - {"dtype", "device", "non_blocking", "copy"}
     if unknown:
         raise TypeError(f"to: unexpected keyword arguments {sorted(unknown)}")
-    dtype = None
+    dtype = device = None
     for a in list(args) + [kwargs.get("device"), kwargs.get("dtype")]:
         if a is None:
             continue
         if isinstance(a, Tensor):
-            dtype = a.data.dtype
+            dtype, device = a.data.dtype, a.device
+            continue
+        if isinstance(a, backend.Device):
+            device = a.name
             continue
         if type(a).__name__ == "device":  # a device object from another library
             a = str(a)
         if isinstance(a, str):
             if _DEVICE.match(a):
-                if not a.startswith("cpu"):
-                    raise RuntimeError(_NO_DEVICE.format(device=a))
+                if not a.startswith(("cpu", "cuda")):
+                    raise backend.DeviceError(_NO_DEVICE.format(device=a))
+                device = a
                 continue
             if a not in _DTYPE_NAMES:
                 raise ValueError(
@@ -842,7 +863,7 @@ def _to_args(args, kwargs):
         if d.kind not in "biuf":
             raise TypeError(f"to: {a!r} is not a numeric dtype")
         dtype = d
-    return dtype
+    return dtype, device
 
 
 def _axis_args(op, axis, keepdims, dim, keepdim, default=None):
@@ -911,3 +932,4 @@ from .ops import (  # noqa: E402
     transpose,
     var,
 )
+from .primitives.device import to_device  # noqa: E402

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autodiff import ops
+from ..autodiff import backend, ops
+from ..autodiff.backend import beside
 from ..autodiff.errors import ShapeError
 from ..autodiff.graph import no_grad
 from ..autodiff.tensor import Tensor
@@ -166,7 +167,7 @@ def dropout(
         return x
     dtype = x.dtype
     if p == 1.0:
-        return x * np.zeros(x.shape, dtype=dtype)
+        return x * beside(x, np.zeros(x.shape, dtype=dtype))
     gen = rng if rng is not None else _init.default_generator()
     return x * ops.dropout_mask(x, p=float(p), rng=gen)
 
@@ -187,7 +188,7 @@ def dropout2d(
     if not training or p == 0.0:
         return x
     if p == 1.0:
-        return x * np.zeros(x.shape, dtype=x.dtype)
+        return x * beside(x, np.zeros(x.shape, dtype=x.dtype))
     gen = rng if rng is not None else _init.default_generator()
     one_per_channel = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.ndim - 2)]
     return x * ops.dropout_mask(one_per_channel, p=float(p), rng=gen)
@@ -348,14 +349,14 @@ def recurrent_layer(
     if mode in _NONLIN:
         xp = _time_major_projection("rnn", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
         zero_h0 = state is None  # the scan then skips step 0's product with the zero state
-        h0 = np.zeros((xp.shape[1], weight_hh.shape[0]), dtype=xp.dtype) if zero_h0 else state
+        h0 = _zeros(xp, (xp.shape[1], weight_hh.shape[0])) if zero_h0 else state
         hs = ops.rnn_scan(xp, weight_hh, h0, nonlinearity=mode, zero_h0=zero_h0)
         return hs, hs[xp.shape[0] - 1]
     if mode == "lstm":
         xp = _time_major_projection("lstm", x, weight_ih, _bias_sum(bias_ih, bias_hh), batch_first)
         T, N = xp.shape[0], xp.shape[1]
         if state is None:
-            zeros = np.zeros((N, weight_hh.shape[1]), dtype=xp.dtype)
+            zeros = _zeros(xp, (N, weight_hh.shape[1]))
             state = (zeros, zeros)
         out = ops.lstm_scan(xp, weight_hh, *state)  # (2, T, N, H): hidden and cell states
         hs = out[0]
@@ -365,12 +366,17 @@ def recurrent_layer(
         G = weight_hh.shape[0]
         h0 = state
         if h0 is None:
-            h0 = np.zeros((xp.shape[1], weight_hh.shape[1]), dtype=xp.dtype)
+            h0 = _zeros(xp, (xp.shape[1], weight_hh.shape[1]))
         if bias_hh is None:
-            bias_hh = np.zeros(G, dtype=xp.dtype)
+            bias_hh = _zeros(xp, (G,))
         hs = ops.gru_scan(xp, weight_hh, bias_hh, h0)  # (T, N, H), one rule
         return hs, hs[xp.shape[0] - 1]
     raise ValueError(f"recurrent_layer: mode must be 'tanh', 'relu', 'lstm' or 'gru', got {mode!r}")
+
+
+def _zeros(like: Tensor, shape: tuple):
+    """Zeros in ``like``'s dtype, on its device."""
+    return backend.xp_of(like).zeros(shape, dtype=like.dtype)
 
 
 def _batch_layout(hs: Tensor, batch_first: bool) -> Tensor:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..autodiff import backend
 from ..autodiff.plan import state_changed
 from ..autodiff.tensor import _TRACING, Tensor
 from .parameter import Parameter
@@ -257,13 +258,14 @@ class Module:
         return self
 
     def to(self, *args, dtype=None, device=None) -> Module:
-        """Convert every parameter and floating-point buffer to float ``dtype`` (e.g.
-        ``np.float64`` for gradchecks): ``to(np.float64)``, ``to(dtype=...)``. A device name
-        (``to("cpu")``, ``to("cpu", np.float64)``) is accepted for PyTorch habits; tapegrad runs
-        on the CPU, so "cpu" is the only one. Integer buffers (counters) keep their dtype.
+        """Move every parameter and buffer to ``device`` (``"cpu"``, ``"cuda"``) and/or convert
+        the parameters and floating-point buffers to float ``dtype`` (e.g. ``np.float64`` for
+        gradchecks): ``to("cuda")``, ``to(np.float64)``, ``to("cpu", np.float64)``,
+        ``to(dtype=..., device=...)``. Integer buffers (counters) keep their dtype.
 
-        The Parameter and buffer objects stay the same but get new arrays, so build optimisers
-        after this.
+        The Parameter and buffer objects stay the same but get new arrays (their gradients are
+        moved with them). An optimiser's state follows its parameters to their device on its
+        next step; build optimisers after a dtype change.
         """
         for a in args:
             if _is_device(a):
@@ -272,8 +274,8 @@ class Module:
                 dtype = a
             else:
                 raise TypeError(f"Module.to: unexpected argument {a!r}")
-        if device is not None and str(device).split(":")[0] != "cpu":
-            raise ValueError(f"Module.to: tapegrad runs on the CPU; got device {device!r}")
+        if device is not None:
+            self._move(backend.get_device(device))
         if dtype is None:
             return self
         try:
@@ -291,9 +293,21 @@ class Module:
                 b.data = b.data.astype(dtype)
         return self
 
+    def _move(self, dev) -> None:
+        state_changed()
+        for t in (*self.parameters(), *self.buffers()):
+            if backend.device_of(t.data) is not dev:
+                t.data = backend.copy_to_device(t.data, dev)
+                if t.grad is not None:
+                    t.grad = backend.copy_to_device(t.grad, dev)
+
     def cpu(self) -> Module:
-        """Nothing to move (tapegrad runs on the CPU); returns the module (a PyTorch habit)."""
-        return self
+        """Move every parameter and buffer to the CPU (the module itself is returned)."""
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> Module:
+        """Move every parameter and buffer to the GPU (``Module.to("cuda")``)."""
+        return self.to("cuda" if device is None else f"cuda:{device}")
 
     def double(self) -> Module:
         return self.to(np.float64)
@@ -320,7 +334,7 @@ class Module:
         """Ordered ``name -> copy of the array`` of every parameter and persistent buffer
         (module by module: its parameters, its buffers, then its sub-modules'). A parameter
         shared by several modules is listed under each of its names."""
-        return OrderedDict((n, t.data.copy()) for n, t in self._state_entries())
+        return OrderedDict((n, backend.to_host(t.data).copy()) for n, t in self._state_entries())
 
     def load_state_dict(self, state_dict: dict, strict: bool = True) -> LoadResult:
         """Copy values from ``state_dict`` into the parameters and persistent buffers, in place.
@@ -343,7 +357,8 @@ class Module:
             if name not in state_dict:
                 continue
             v = state_dict[name]
-            v = np.asarray(v.data if isinstance(v, Tensor) else v)
+            v = v.data if isinstance(v, Tensor) else v
+            v = backend.to_host(v) if backend.is_array(v) else np.asarray(v)
             if v.shape != p.shape:
                 problems.append(f"  {name}: shape {v.shape} given, the model has {p.shape}")
             elif v.dtype != p.dtype:
@@ -364,7 +379,8 @@ class Module:
                 f"nothing was loaded:\n" + "\n".join(problems)
             )
         for name, v in values.items():
-            np.copyto(own[name].data, v)
+            target = own[name].data
+            np.copyto(target, backend.copy_to_device(v, backend.device_of(target)))
         return LoadResult(missing, unexpected)
 
     def _resolve_aliases(self, state_dict: dict) -> dict:
@@ -444,6 +460,8 @@ def _as_buffer(module: Module, name: str, value) -> Tensor | None:
 
 
 def _is_device(a) -> bool:
+    if isinstance(a, backend.Device) or type(a).__name__ == "device":
+        return True
     return isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "mps", "meta", "xla")
 
 

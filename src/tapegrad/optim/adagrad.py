@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff import Tensor
+from ..autodiff import Tensor, backend
 from .optimizer import Optimizer
 
 __all__ = ["Adagrad"]
@@ -54,7 +54,10 @@ class Adagrad(Optimizer):
         return ("step",)
 
     def _init_state(self, p: np.ndarray, grad: np.ndarray, group: dict) -> dict:
-        return {"step": 0, "sum": np.full(p.shape, group["initial_accumulator_value"], p.dtype)}
+        return {
+            "step": 0,
+            "sum": backend.xp_of(p).full(p.shape, group["initial_accumulator_value"], p.dtype),
+        }
 
     def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
         t0, t1 = scratch

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff import Tensor
+from ..autodiff import Tensor, backend
 from .kernels import adam_update
 from .optimizer import Optimizer
 
@@ -58,7 +58,10 @@ class Adam(Optimizer):
             group["weight_decay"],
         )
         state["step"] = step = state["step"] + 1
-        adam_update(
+        update = adam_update
+        if backend.cuda_kernels(p) is not None:
+            from .cuda import adam_update as update  # the CUDA kernel, for a GPU's arrays
+        update(
             p,
             grad,
             state["exp_avg"],

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff import Tensor, enable_grad
+from ..autodiff import Tensor, backend, enable_grad
 from ..autodiff.plan import effect
 
 __all__ = ["Optimizer"]
@@ -125,7 +125,7 @@ class Optimizer:
         state: dict[str, Any] = dict.fromkeys(self._state_scalars(group), 0)
         state.update(dict.fromkeys(self._state_floats(group), 0.0))
         for k in self._state_arrays(group):
-            state[k] = np.zeros(p.shape, dtype=p.dtype)
+            state[k] = backend.xp_of(p).zeros(p.shape, dtype=p.dtype)
         return state
 
     def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
@@ -243,15 +243,23 @@ class Optimizer:
                 state = self.state.get(idx)
                 if state is None:
                     state = self.state[idx] = self._init_state(data, grad, group)
+                elif type(data) is not np.ndarray:
+                    _follow(state, data)
                 self._update(data, grad, state, group, self._scratch(idx, data))
 
     def _scratch(self, idx: int, data: np.ndarray) -> tuple[np.ndarray, ...]:
         """``_n_scratch`` temporaries shaped like ``data``: views of one buffer per dtype."""
         views = self._scratch_views.get(idx)
-        if views is not None and views[0].shape == data.shape and views[0].dtype == data.dtype:
+        if (
+            views is not None
+            and views[0].shape == data.shape
+            and views[0].dtype == data.dtype
+            and type(views[0]) is type(data)
+        ):
             return views
         n = data.size
-        buf = self._scratch_bufs.get(data.dtype)
+        key = (data.dtype, type(data))
+        buf = self._scratch_bufs.get(key)
         if buf is None or buf.shape[1] < n:
             same = [
                 p.data.size
@@ -259,10 +267,11 @@ class Optimizer:
                 for p in g["params"]
                 if p.data.dtype == data.dtype
             ]
-            buf = np.empty((self._n_scratch, max([n, *same])), dtype=data.dtype)
-            self._scratch_bufs[data.dtype] = buf
+            xp = backend.xp_of(data)
+            buf = xp.empty((self._n_scratch, max([n, *same])), dtype=data.dtype)
+            self._scratch_bufs[key] = buf
             self._scratch_views = {
-                k: v for k, v in self._scratch_views.items() if v[0].dtype != data.dtype
+                k: v for k, v in self._scratch_views.items() if (v[0].dtype, type(v[0])) != key
             }
         views = tuple(buf[k, :n].reshape(data.shape) for k in range(self._n_scratch))
         self._scratch_views[idx] = views
@@ -282,7 +291,7 @@ class Optimizer:
                     sd[f"param_groups.{gi}.{k}"] = list(v) if isinstance(v, tuple) else v
         for idx in sorted(self.state):
             for k, v in self._saved_state(self.state[idx]).items():
-                sd[f"state.{idx}.{k}"] = v.copy() if isinstance(v, np.ndarray) else v
+                sd[f"state.{idx}.{k}"] = backend.to_host(v).copy() if backend.is_array(v) else v
         return sd
 
     def _saved_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -426,3 +435,10 @@ class Optimizer:
             hp = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
             lines.append(f"  group {gi}: {len(g['params'])} params, {hp}")
         return "\n".join(lines) + "\n)"
+
+
+def _follow(state: dict, data) -> None:
+    """Move a parameter's state arrays to the parameter's device (after ``Module.to``)."""
+    for k, v in state.items():
+        if backend.is_array(v) and type(v) is not type(data):
+            state[k] = backend.copy_to_device(v, backend.device_of(data))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff import Tensor
+from ..autodiff import Tensor, backend
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
@@ -67,7 +67,7 @@ class SGD(Optimizer):
         if momentum != 0:
             buf = state.get("momentum_buffer")
             if buf is None:
-                buf = state["momentum_buffer"] = np.array(d, order="C", copy=True)
+                buf = state["momentum_buffer"] = backend.xp_of(d).array(d, order="C", copy=True)
             else:
                 np.multiply(buf, momentum, out=buf)
                 dampening = group["dampening"]

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     conv,
+    device,
     einsum,
     elementwise,
     fused,

@@ -11,7 +11,7 @@ from ..errors import ShapeError
 
 def plain(x):
     """The array (or number) behind ``x``: a Tensor's ``data``, anything else as it is."""
-    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+    return x.data if hasattr(x, "requires_grad") else x
 
 
 def shape_of(x) -> tuple:
@@ -19,7 +19,8 @@ def shape_of(x) -> tuple:
 
 
 def dtype_of(x) -> np.dtype:
-    return np.asarray(plain(x)).dtype
+    p = plain(x)
+    return p.dtype if hasattr(p, "dtype") and hasattr(p, "shape") else np.asarray(p).dtype
 
 
 def axes_of(op: str, axis, shape: tuple) -> tuple[int, ...]:

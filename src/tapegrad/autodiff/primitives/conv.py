@@ -28,8 +28,8 @@ import itertools
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
+from ..backend import as_strided, cuda_kernels, is_array, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels import add_channel_bias, add_into
 from . import samples as S
@@ -55,7 +55,7 @@ def _padded(x: np.ndarray, padding: tuple, buf: np.ndarray | None) -> np.ndarray
     """x with zero padding (x itself when there is none), written into ``buf`` when given."""
     if not any(lo or hi for lo, hi in padding):
         return x
-    xp = np.zeros(_padded_shape(x.shape, padding), x.dtype) if buf is None else buf
+    xp = xp_of(x).zeros(_padded_shape(x.shape, padding), x.dtype) if buf is None else buf
     if buf is not None:
         xp.fill(0)  # a plan's buffer may hold another value's bytes
     np.copyto(xp[_interior(padding, x.shape)], x)
@@ -71,7 +71,6 @@ def _windows(xp: np.ndarray, ksize, stride, dilation, out_shape) -> np.ndarray:
         strides=xp.strides[:2]
         + tuple(a * d for a, d in zip(sp, dilation))
         + tuple(a * s for a, s in zip(sp, stride)),
-        writeable=False,
     )
 
 
@@ -95,9 +94,15 @@ def _shifted(x, stride, dilation, groups) -> bool:
 def _taps(w: np.ndarray, ws) -> np.ndarray:
     """Contiguous copies of the weight's taps (K, O, C): BLAS operands without a per-call copy
     inside matmul (the weight is updated in place, so they are refreshed every call)."""
-    wk = scratch(ws, "taps", (w.shape[2],) + w.shape[:2], w.dtype)
+    wk = scratch(ws, "taps", (w.shape[2],) + w.shape[:2], w.dtype, like=w)
     np.copyto(wk, np.moveaxis(w, 2, 0))
     return wk
+
+
+def _channel_bias(r3, b) -> None:
+    """``r3 += b[None, :, None]`` in place, by the compiled kernel of r3's device."""
+    kernels = cuda_kernels(r3)
+    (kernels.add_channel_bias if kernels else add_channel_bias)(r3, b, r3)
 
 
 def _grouped(a: np.ndarray, groups: int, axis: int) -> np.ndarray:
@@ -108,7 +113,7 @@ def _grouped(a: np.ndarray, groups: int, axis: int) -> np.ndarray:
 def _im2col(x, ksize, stride, padding, dilation, out_shape, cols, ws) -> np.ndarray:
     buf = None
     if ws is not None and any(lo or hi for lo, hi in padding):
-        buf = ws.array("xp", _padded_shape(x.shape, padding), x.dtype)
+        buf = ws.array("xp", _padded_shape(x.shape, padding), x.dtype, like=x)
     window = _windows(_padded(x, padding, buf), ksize, stride, dilation, out_shape)
     np.copyto(cols.reshape(window.shape), window)
     return cols
@@ -135,7 +140,7 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
         length = xp.shape[2] - w.shape[2] + 1
         wk = _taps(w, ws)
         res = np.matmul(wk[0], xp[:, :, :length], out=res)
-        tmp = scratch(ws, "tmp", res.shape, res.dtype)
+        tmp = scratch(ws, "tmp", res.shape, res.dtype, like=x)
         for k in range(1, w.shape[2]):
             np.add(res, np.matmul(wk[k], xp[:, :, k : k + length], out=tmp), out=res)
         kept = (xp,) if xp is not x else ()
@@ -146,10 +151,11 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
             for s, k, st, (lo, hi), d in zip(x.shape[2:], ksize, stride, padding, dilation)
         )
         if saved is None:
-            saved = np.empty((n, x.shape[1] * math.prod(ksize), math.prod(out_shape)), x.dtype)
+            shape = (n, x.shape[1] * math.prod(ksize), math.prod(out_shape))
+            saved = xp_of(x).empty(shape, x.dtype)
         cols = _im2col(x, ksize, stride, padding, dilation, out_shape, saved, ws)
         if res is None:
-            res = np.empty((n, o) + out_shape, x.dtype)
+            res = xp_of(x).empty((n, o) + out_shape, x.dtype)
         if groups == 1:
             np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
         else:
@@ -161,7 +167,7 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
         kept = (cols,)
     if bias:
         r3 = res.reshape(n, o, -1)
-        add_channel_bias(r3, bias[0], r3)
+        _channel_bias(r3, bias[0])
     return (res, *kept)
 
 
@@ -282,7 +288,8 @@ def direct_backward_applies(x, w, stride, padding, dilation=None, groups=1) -> b
     from ..kernels.conv import direct_layout_ok
 
     return (
-        all(s == 1 for s in stride)
+        type(x) is np.ndarray  # a CPU kernel: on a GPU the matmul path serves every conv
+        and all(s == 1 for s in stride)
         and not any(lo or hi for lo, hi in padding)
         and (dilation is None or all(d == 1 for d in dilation))
         and groups == 1
@@ -301,7 +308,7 @@ def _input_grad(g, w, target, x_shape, stride, padding, dilation, groups, ws, co
     """``target`` (the padded input's shape) <- col2im(W^T g), zeroed first."""
     n, o = g.shape[:2]
     g2 = g.reshape(n, o, -1)
-    gcols = scratch(ws, "gcols", cols_shape, g.dtype)
+    gcols = scratch(ws, "gcols", cols_shape, g.dtype, like=g)
     if groups == 1:
         np.matmul(w.reshape(o, -1).T, g2, out=gcols)
     else:
@@ -315,7 +322,7 @@ def _weight_grad(g, cols, gw, groups, ws) -> None:
     """``gw`` <- sum over the batch of g @ cols^T, per group."""
     n, o = g.shape[:2]
     g2 = g.reshape(n, o, -1)
-    tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1] // groups), g.dtype)
+    tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1] // groups), g.dtype, like=g)
     if groups == 1:
         np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
     else:
@@ -337,8 +344,9 @@ def _conv_backward_fwd(
     n, o = g.shape[:2]
     outs = iter(out if out is not None else ())
     gx = (next(outs, None) if out is not None else np.empty_like(x)) if needs[0] else None
-    gw = (next(outs, None) if out is not None else np.empty(w.shape, g.dtype)) if needs[1] else None
-    gb = (next(outs, None) if out is not None else np.empty(o, g.dtype)) if needs[2] else None
+    xp = xp_of(g)
+    gw = (next(outs, None) if out is not None else xp.empty(w.shape, g.dtype)) if needs[1] else None
+    gb = (next(outs, None) if out is not None else xp.empty(o, g.dtype)) if needs[2] else None
     grads = tuple(a for a in (gx, gw, gb) if a is not None)
     if direct_backward_applies(x, w, stride, padding, dilation, groups) and direct_backward_sparse(
         g
@@ -352,18 +360,22 @@ def _conv_backward_fwd(
     padded = any(lo or hi for lo, hi in padding)
     target = None
     if gx is not None:
-        target = scratch(ws, "gxp", _padded_shape(x.shape, padding), g.dtype) if padded else gx
+        shape = _padded_shape(x.shape, padding)
+        target = scratch(ws, "gxp", shape, g.dtype, like=g) if padded else gx
     if _shifted(x, stride, dilation, groups):
         xp = saved[0] if saved else x
         length = g.shape[2]
         wk = _taps(w, ws)
         if gx is not None:
             target.fill(0)
-            tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype)
+            tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype, like=g)
+            kernels = cuda_kernels(g)
             for k in range(w.shape[2]):
-                add_into(target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp))
+                (kernels.add_into if kernels else add_into)(
+                    target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp)
+                )
         if gw is not None:
-            tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype)
+            tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype, like=g)
             for k in range(w.shape[2]):
                 np.sum(
                     np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1), out=tmp),
@@ -440,10 +452,10 @@ def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, ou
     n = y.shape[0]
     c = w.shape[1] * groups
     shape = (n, c) + tuple(size)
-    res = np.empty(shape, y.dtype) if out is None else out
+    res = xp_of(y).empty(shape, y.dtype) if out is None else out
     cols_shape = (n, c * math.prod(w.shape[2:]), math.prod(y.shape[2:]))
     target = (
-        scratch(ws, "xp", _padded_shape(shape, padding), y.dtype)
+        scratch(ws, "xp", _padded_shape(shape, padding), y.dtype, like=y)
         if any(lo or hi for lo, hi in padding)
         else res
     )
@@ -452,7 +464,7 @@ def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, ou
         np.copyto(res, target[_interior(padding, shape)])
     if bias:
         r3 = res.reshape(n, c, -1)
-        add_channel_bias(r3, bias[0], r3)
+        _channel_bias(r3, bias[0])
     return res
 
 
@@ -487,8 +499,9 @@ def _conv_for(a):
 def _conv_weight_fwd(x, g, ksize, stride, padding, dilation, groups, out=None, ws=None):
     """The weight's gradient of ``conv(x, w)`` for the output gradient g (O, C/G, *ksize)."""
     n, o = g.shape[:2]
-    gw = np.empty((o, x.shape[1] // groups) + tuple(ksize), g.dtype) if out is None else out
-    cols = scratch(ws, "cols", (n, x.shape[1] * math.prod(ksize), math.prod(g.shape[2:])), x.dtype)
+    gw = xp_of(g).empty((o, x.shape[1] // groups) + tuple(ksize), g.dtype) if out is None else out
+    shape = (n, x.shape[1] * math.prod(ksize), math.prod(g.shape[2:]))
+    cols = scratch(ws, "cols", shape, x.dtype, like=x)
     _im2col(x, ksize, stride, padding, dilation, g.shape[2:], cols, ws)
     _weight_grad(g, cols, gw, groups, ws)
     return gw
@@ -588,7 +601,7 @@ conv_weight = primitive(
 
 # -- the public functions ---------------------------------------------------------------------
 def _data(x):
-    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+    return x.data if hasattr(x, "requires_grad") else x
 
 
 def _tuple_arg(op: str, name: str, value, d: int, minimum: int) -> tuple:
@@ -614,8 +627,8 @@ def _tuple_arg(op: str, name: str, value, d: int, minimum: int) -> tuple:
 
 def _check_float(op: str, name: str, a) -> np.ndarray:
     a = _data(a)
-    if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
-        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+    if not is_array(a) or a.dtype.kind != "f":
+        got = a.dtype if is_array(a) else type(a).__name__
         raise DTypeError(f"{op}: {name} must be a float array or Tensor, got {got}")
     return a
 

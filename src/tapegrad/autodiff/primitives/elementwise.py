@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..backend import copy_to_device, device_of, get_device, to_host, xp_of
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
 
@@ -342,8 +343,25 @@ _erf_ufunc = np.frompyfunc(math.erf, 1, 1)
 
 def _erf(x):
     # NumPy has no erf: Python's (correctly rounded in float64), one call per element. Exact
-    # GELU needs it; the tanh approximation is the fast form.
+    # GELU needs it; the tanh approximation is the fast form. A device's array module brings
+    # its own (CuPy: cupyx.scipy.special.erf), else the values go through the host.
+    if type(x) is not np.ndarray:
+        own = _device_erf(x)
+        if own is not None:
+            return own
+        host = np.asarray(_erf_ufunc(to_host(x)), dtype=np.float64).astype(x.dtype)
+        return copy_to_device(host, device_of(x))
     return np.asarray(_erf_ufunc(x), dtype=np.float64).astype(x.dtype)
+
+
+def _device_erf(x):
+    try:
+        from cupyx.scipy.special import erf as cupy_erf
+    except ImportError:
+        return None
+    import cupy
+
+    return cupy_erf(x) if isinstance(x, cupy.ndarray) else None
 
 
 erf = _math(
@@ -375,7 +393,7 @@ round_ = _rounding("round", np.round, lambda x: np.floor(x + 0.5))  # samples av
 
 
 def _softplus(x, out=None):
-    return np.logaddexp(x, np.zeros((), x.dtype), out=out)
+    return np.logaddexp(x, xp_of(x).zeros((), x.dtype), out=out)
 
 
 softplus = primitive(
@@ -482,21 +500,35 @@ def _log_rng(rng) -> None:
         RNG_LOG.append((rng, rng.bit_generator.state))
 
 
-def _random(shape, dtype, dist, rng, low=0, high=None, out=None):
+def _random(shape, dtype, dist, rng, low=0, high=None, device=None, out=None):
     _log_rng(rng)
     if dist == "integers":
         drawn = rng.integers(low, high, size=shape, dtype=dtype)
         if out is None:
-            return drawn
-        np.copyto(out, drawn)
-        return out
+            return _to(drawn, device)
+        return _on_device(drawn, out)
     draw = rng.standard_normal if dist == "normal" else rng.random
     if out is None:
-        return draw(shape, dtype=dtype)
+        return _to(draw(shape, dtype=dtype), device)
+    if type(out) is not np.ndarray:  # drawn on the host (the same numbers on every device)
+        return _on_device(draw(shape, dtype=dtype), out)
     return draw(dtype=dtype, out=out)
 
 
-def _random_reference(shape, dtype, dist, rng, low=0, high=None):
+_HOST = np.empty(0)  # ``like=`` for a temporary that stays on the host
+
+
+def _on_device(host, out):
+    """``host`` (a NumPy array) copied into ``out``, which may live on a device."""
+    np.copyto(out, host if type(out) is np.ndarray else copy_to_device(host, device_of(out)))
+    return out
+
+
+def _to(host, device):
+    return host if device in (None, "cpu") else copy_to_device(host, get_device(device))
+
+
+def _random_reference(shape, dtype, dist, rng, low=0, high=None, device=None):
     pattern = _PatternRandom()
     if dist == "integers":
         return pattern.integers(low, high, shape, dtype)
@@ -520,16 +552,20 @@ random_draw = primitive(
     ],
     effect=True,
     doc="Samples of shape ``shape`` from ``rng``: standard normal (dist='normal'), uniform on "
-    "[0, 1) (dist='uniform'), or integers in [low, high) (dist='integers'). Compiled plans "
-    "draw afresh on every replay. Not differentiable.",
+    "[0, 1) (dist='uniform'), or integers in [low, high) (dist='integers'), drawn on the host "
+    "and moved to ``device`` (the same numbers on every device). Compiled plans draw afresh on "
+    "every replay. Not differentiable.",
 )
 
 
 def _dropout_mask(x, p, rng, out=None, ws=None):
     _log_rng(rng)
-    draws = scratch(ws, "u", x.shape, x.dtype if x.dtype == np.float32 else np.float64)
+    dtype = x.dtype if x.dtype == np.float32 else np.float64
+    draws = scratch(ws, "host:u", x.shape, dtype, like=_HOST)  # drawn on the host: the same masks
     rng.random(dtype=draws.dtype, out=draws)
-    keep = np.greater_equal(draws, p, out=scratch(ws, "keep", x.shape, np.bool_))
+    if type(x) is not np.ndarray:
+        draws = _on_device(draws, scratch(ws, "u_dev", x.shape, dtype, like=x))
+    keep = np.greater_equal(draws, p, out=scratch(ws, "keep", x.shape, np.bool_, like=x))
     return np.multiply(keep, x.dtype.type(1.0 / (1.0 - p)), out=out)
 
 

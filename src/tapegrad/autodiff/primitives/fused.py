@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import cuda_kernels, is_array, xp_of
 from ..kernels import relu_max_pool_backward, relu_max_pool_forward
 from ..kernels.fused import bias_relu_backward, bias_relu_forward
 from ..kernels.pool import pool_arg_dtype
@@ -28,8 +29,9 @@ from .registry import Sample, primitive, run, scratch
 
 # -- bias + ReLU -------------------------------------------------------------------------------
 def _bias_relu_fwd(x, b, out=None):
-    out = np.empty(x.shape, x.dtype) if out is None else out
-    bias_relu_forward(x, b, out)
+    out = xp_of(x).empty(x.shape, x.dtype) if out is None else out
+    kernels = cuda_kernels(x)
+    (kernels.bias_relu_forward if kernels else bias_relu_forward)(x, b, out)
     return out
 
 
@@ -39,8 +41,10 @@ def _bias_relu_vjp(g, out, needs, x, b):
 
 
 def _bias_relu_backward_fwd(g, y, out=None):
-    gx, gb = (np.empty(g.shape, g.dtype), np.empty(g.shape[1], g.dtype)) if out is None else out
-    bias_relu_backward(g, y, gx, gb)
+    xp = xp_of(g)
+    gx, gb = (xp.empty(g.shape, g.dtype), xp.empty(g.shape[1], g.dtype)) if out is None else out
+    kernels = cuda_kernels(g)
+    (kernels.bias_relu_backward if kernels else bias_relu_backward)(g, y, gx, gb)
     return gx, gb
 
 
@@ -89,8 +93,13 @@ def _relu_max_pool_fwd(x, kernel, stride, out=None):
         shape = x.shape[:2] + tuple(
             (n - k) // s + 1 for n, k, s in zip(x.shape[2:], kernel, stride)
         )
-        out = (np.empty(shape, x.dtype), np.empty(shape, pool_arg_dtype(kernel)))
+        xp = xp_of(x)
+        out = (xp.empty(shape, x.dtype), xp.empty(shape, pool_arg_dtype(kernel)))
     res, arg = out
+    kernels = cuda_kernels(x)
+    if kernels is not None:
+        kernels.relu_max_pool_forward(x, kernel, stride, res, arg)
+        return res, arg
     k2, s2 = _2d(kernel, stride)
     x = np.ascontiguousarray(x)
     relu_max_pool_forward(_planes(x), k2[0], k2[1], s2[0], s2[1], _planes(res), _planes(arg))
@@ -104,11 +113,15 @@ def _relu_max_pool_vjp(g, out, x, kernel, stride, aux):
 
 
 def _relu_max_pool_backward_fwd(g, y, arg, x_shape, kernel, stride, out=None, ws=None):
-    gx = np.empty(x_shape, g.dtype) if out is None else out
+    gx = xp_of(g).empty(x_shape, g.dtype) if out is None else out
     if not g.flags.c_contiguous:
-        gc = scratch(ws, "g", g.shape, g.dtype)
+        gc = scratch(ws, "g", g.shape, g.dtype, like=g)
         np.copyto(gc, g)
         g = gc
+    kernels = cuda_kernels(g)
+    if kernels is not None:
+        kernels.relu_max_pool_backward(g, y, arg, x_shape, kernel, stride, gx)
+        return gx
     k2, s2 = _2d(kernel, stride)
     relu_max_pool_backward(_planes(g), _planes(y), _planes(arg), k2[1], s2[0], s2[1], _planes(gx))
     return gx
@@ -175,8 +188,8 @@ relu_max_pool_backward_kernel = primitive(
 def _fuse_bias_relu(add, relu):
     x, b = add.inputs
     if (
-        isinstance(x, np.ndarray)
-        and isinstance(b, np.ndarray)
+        is_array(x)
+        and is_array(b)
         and x.ndim == 2
         and b.shape == (x.shape[1],)
         and x.dtype == b.dtype
@@ -189,12 +202,7 @@ def _fuse_bias_relu(add, relu):
 
 def _fuse_relu_max_pool(relu, pool):
     (x,) = relu.inputs
-    if (
-        isinstance(x, np.ndarray)
-        and x.ndim in (3, 4)
-        and x.flags.c_contiguous
-        and _plain_windows(pool.attrs)
-    ):
+    if is_array(x) and x.ndim in (3, 4) and x.flags.c_contiguous and _plain_windows(pool.attrs):
         return relu_max_pool, {"kernel": pool.attrs["kernel"], "stride": pool.attrs["stride"]}
     return None
 

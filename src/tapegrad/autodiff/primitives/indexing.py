@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import asarray, cuda_kernels, is_array, to_host, xp_of
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
 from ..kernels.scatter import scatter_add_rows
 from . import samples as S
@@ -47,7 +48,7 @@ def _check_range(op: str, index: np.ndarray, n: int, axis: int, shape: tuple) ->
 def _dim_index(index: np.ndarray, axis: int) -> tuple:
     """The index tuple that addresses, for each entry of ``index``, the entry of the same
     position with ``index``'s value along ``axis``."""
-    parts = list(np.indices(index.shape, sparse=True))
+    parts = list(xp_of(index).indices(index.shape, sparse=True))
     parts[axis] = index
     return tuple(parts)
 
@@ -73,7 +74,7 @@ def _src_grad(r, src_shape: tuple, index_shape: tuple):
 def _last_writes(pos: np.ndarray) -> np.ndarray:
     """For each distinct value of the 1-d ``pos``, the position of its last occurrence."""
     if pos.size == 0:
-        return np.zeros(0, np.intp)
+        return xp_of(pos).zeros(0, np.intp)
     _, first = np.unique(pos[::-1], return_index=True)
     return pos.size - 1 - first
 
@@ -90,7 +91,7 @@ def _gather_fwd(x, index, axis, out=None):
 
 
 def _gather_vjp(g, out, x, index, axis):
-    return run(_scatter_add, np.zeros(x.shape, g.dtype), index, g, axis=axis)
+    return run(_scatter_add, xp_of(g).zeros(x.shape, g.dtype), index, g, axis=axis)
 
 
 def _gather_reference(x, index, axis):
@@ -126,7 +127,7 @@ _gather = primitive(
 
 def _scatter_add_fwd(x, index, src, axis, out=None):
     _check_range("scatter_add", index, x.shape[axis], axis, x.shape)
-    res = np.array(x, copy=True)
+    res = xp_of(x).array(x, copy=True)
     np.add.at(res, _dim_index(index, axis), _head(src, index.shape))
     return _into(out, res)
 
@@ -183,7 +184,7 @@ _scatter_add = primitive(
 # -- scatter (assignment, the last write wins) ---------------------------------------------------
 def _scatter_fwd(x, index, src, axis, out=None):
     _check_range("scatter", index, x.shape[axis], axis, x.shape)
-    res = np.array(x, order="C", copy=True)
+    res = xp_of(x).array(x, order="C", copy=True)
     if index.size:
         vals = np.broadcast_to(_head(src, index.shape), index.shape).reshape(-1)
         pos = np.ravel_multi_index(np.broadcast_arrays(*_dim_index(index, axis)), x.shape)
@@ -196,10 +197,11 @@ def _scatter_fwd(x, index, src, axis, out=None):
 def _scatter_vjp(g, out, needs, x, index, src, axis):
     gx = gsrc = None
     if needs[0]:  # the written entries no longer depend on x
-        gx = run(_scatter, g, index, np.zeros((), g.dtype), axis=axis)
+        gx = run(_scatter, g, index, xp_of(g).zeros((), g.dtype), axis=axis)
     if needs[2]:  # only the value that won each entry
-        ids = np.arange(_size(index.shape), dtype=np.int64).reshape(index.shape)
-        writer = run(_scatter, np.full(x.shape, -1, np.int64), index, ids, axis=axis)
+        xp = xp_of(g)
+        ids = xp.arange(_size(index.shape), dtype=np.int64).reshape(index.shape)
+        writer = run(_scatter, xp.full(x.shape, -1, np.int64), index, ids, axis=axis)
         won = run(_gather, writer, index, axis=axis) == ids
         gsrc = _src_grad(run(_gather, g, index, axis=axis) * won, src.shape, index.shape)
     return [gx, None, gsrc]
@@ -238,7 +240,7 @@ _UFUNCS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
 
 def _scatter_reduce_fwd(x, index, src, axis, reduce, include_self, out=None):
     _check_range("scatter_reduce", index, x.shape[axis], axis, x.shape)
-    res = np.array(x, copy=True)
+    res = xp_of(x).array(x, copy=True)
     at = _dim_index(index, axis)
     if not include_self:
         res[at] = _identity(reduce, res.dtype)
@@ -256,7 +258,7 @@ def _scatter_reduce_vjp(g, out, needs, x, index, src, axis, reduce, include_self
     self_hit = (x == out).astype(dtype)
     if not include_self:
         self_hit = self_hit * (_touched(index, x.shape, axis, dtype) == 0)
-    count = self_hit + run(_scatter_add, np.zeros(x.shape, dtype), index, src_hit, axis=axis)
+    count = self_hit + run(_scatter_add, xp_of(g).zeros(x.shape, dtype), index, src_hit, axis=axis)
     share = g / run(where, count == 0, 1.0, count)
     gx = share * self_hit if needs[0] else None
     gsrc = None
@@ -267,8 +269,9 @@ def _scatter_reduce_vjp(g, out, needs, x, index, src, axis, reduce, include_self
 
 def _touched(index, shape, axis, dtype):
     """How many index entries point at each entry of a ``shape`` array (recorded on Tensors)."""
-    ones = np.ones(index.shape, dtype)
-    return run(_scatter_add, np.zeros(shape, dtype), index, ones, axis=axis)
+    xp = xp_of(index)
+    ones = xp.ones(index.shape, dtype)
+    return run(_scatter_add, xp.zeros(shape, dtype), index, ones, axis=axis)
 
 
 def _scatter_prod_vjp(g, needs, x, index, src, axis, include_self):
@@ -277,7 +280,7 @@ def _scatter_prod_vjp(g, needs, x, index, src, axis, include_self):
         if include_self:  # the product of the src values sent to each entry (1 where none)
             group = run(
                 _scatter_reduce,
-                np.ones(x.shape, g.dtype),
+                xp_of(g).ones(x.shape, g.dtype),
                 index,
                 src,
                 axis=axis,
@@ -373,7 +376,7 @@ _scatter_reduce = primitive(
 def _flat_positions_fwd(index, axis, shape):
     _check_range("scatter", index, shape[axis], axis, shape)
     if index.size == 0:
-        return np.zeros(index.shape, np.int64)
+        return xp_of(index).zeros(index.shape, np.int64)
     parts = np.broadcast_arrays(*_dim_index(index, axis))
     return np.ravel_multi_index(parts, shape).astype(np.int64)
 
@@ -409,7 +412,7 @@ def _take_fwd(x, index, axis, out=None):
 
 
 def _take_vjp(g, out, x, index, axis):
-    return run(_index_add, np.zeros(x.shape, g.dtype), index, g, axis=axis)
+    return run(_index_add, xp_of(g).zeros(x.shape, g.dtype), index, g, axis=axis)
 
 
 def _take_reference(x, index, axis):
@@ -443,13 +446,17 @@ def _index_add_fwd(x, index, src, axis, out=None):
     _check_range("index_add", index, x.shape[axis], axis, x.shape)
     # the indexed axis first, the rest flattened into rows: a compiled loop adds each src row in
     # index order, as np.add.at does (the same bits), 10-50x faster than np.add.at
-    res = np.array(np.moveaxis(x, axis, 0), order="C", copy=True)
+    xp = xp_of(x)
+    res = xp.array(np.moveaxis(x, axis, 0), order="C", copy=True)
     n = res.shape[0]
     width = res.size // n if n else 0
     if index.size and width:
-        rows = np.moveaxis(np.asarray(src, res.dtype), range(axis, axis + index.ndim),
+        rows = np.moveaxis(xp.asarray(src, res.dtype), range(axis, axis + index.ndim),
                            range(index.ndim))  # fmt: skip
-        scatter_add_rows(res.reshape(n, width), index.reshape(-1), rows.reshape(-1, width))
+        kernels = cuda_kernels(res)
+        (kernels.scatter_add_rows if kernels else scatter_add_rows)(
+            res.reshape(n, width), index.reshape(-1), rows.reshape(-1, width)
+        )
     return _into(out, np.moveaxis(res, 0, axis))
 
 
@@ -539,16 +546,16 @@ def write_at(res: np.ndarray, v, template: tuple, arrays, accumulate: bool) -> N
     """``res[index] = v`` (or ``+=`` with repeats accumulating), in place; with repeated
     integer indices the last write in C order wins."""
     idx = build_index(template, arrays)
-    v = np.asarray(v)
+    v = v if is_array(v) else asarray(v, like=res)
     if v.dtype != res.dtype:
         v = v.astype(res.dtype)
     if accumulate:
         np.add.at(res, idx, v)
     elif _may_repeat(res.shape, template, arrays):
-        pos = np.arange(res.size).reshape(res.shape)[idx]
+        pos = xp_of(res).arange(res.size).reshape(res.shape)[idx]
         flat = pos.reshape(-1)
         last = _last_writes(flat)
-        res.flat[flat[last]] = np.broadcast_to(v, pos.shape).reshape(-1)[last]
+        res.reshape(-1)[flat[last]] = np.broadcast_to(v, pos.shape).reshape(-1)[last]
     else:
         res[idx] = v
 
@@ -565,7 +572,9 @@ def _index_get_fwd(x, *arrays, template, fixed_shape=None):
 
 
 def _index_get_vjp(g, out, needs, x, *arrays, template, fixed_shape=None):
-    gx = run(_index_put, np.zeros(x.shape, g.dtype), g, *arrays, template=template, accumulate=True)
+    gx = run(
+        _index_put, xp_of(g).zeros(x.shape, g.dtype), g, *arrays, template=template, accumulate=True
+    )
     return [gx] + [None] * len(arrays)
 
 
@@ -606,7 +615,7 @@ _index_get = primitive(
 
 
 def _index_put_fwd(x, v, *arrays, template, accumulate):
-    res = np.array(x, order="C", copy=True)
+    res = xp_of(x).array(x, order="C", copy=True)
     write_at(res, v, template, arrays, accumulate)
     return res
 
@@ -618,17 +627,22 @@ def _index_put_vjp(g, out, needs, x, v, *arrays, template, accumulate):
             g
             if accumulate
             else run(
-                _index_put, g, np.zeros((), g.dtype), *arrays, template=template, accumulate=False
+                _index_put,
+                g,
+                xp_of(g).zeros((), g.dtype),
+                *arrays,
+                template=template,
+                accumulate=False,
             )
         )
     if needs[1]:
         r = run(_index_get, g, *arrays, template=template)
         if not accumulate and any(a.dtype.kind in "iu" for a in arrays):
             # repeated indices: only the value written last at an entry gets its gradient
-            ids = np.arange(_size(r.shape), dtype=np.int64).reshape(r.shape)
+            ids = xp_of(g).arange(_size(r.shape), dtype=np.int64).reshape(r.shape)
             writer = run(
                 _index_put,
-                np.full(x.shape, -1, np.int64),
+                xp_of(g).full(x.shape, -1, np.int64),
                 ids,
                 *arrays,
                 template=template,
@@ -713,7 +727,7 @@ _nonzero = primitive(
 # -- public functions ----------------------------------------------------------------------------
 def _index_arg(op: str, index, what: str = "index"):
     """An index given as a Tensor stays one (a compiled plan then reads it on every call)."""
-    if not hasattr(index, "requires_grad"):
+    if not hasattr(index, "requires_grad") and not is_array(index):
         index = np.asarray(index)
     if dtype_of(index).kind not in "iu":
         raise DTypeError(f"{op}: {what} must hold integers, got dtype {dtype_of(index)}")
@@ -766,7 +780,7 @@ def gather(x, axis: int, index):
 def _src_arg(op: str, x, src):
     if hasattr(src, "requires_grad") or isinstance(src, np.ndarray):
         return src
-    return np.asarray(src, dtype=dtype_of(x))  # a number: one value written everywhere
+    return asarray(src, dtype_of(x), like=plain(x))  # a number: one value written everywhere
 
 
 def scatter(x, axis: int, index, src):
@@ -810,7 +824,8 @@ def scatter_reduce(x, axis: int, index, src, reduce: str, include_self: bool = T
         return _scatter_reduce(
             x, index, src, axis=ax, reduce=reduce, include_self=bool(include_self)
         )
-    base = x if include_self else _scatter(x, index, np.zeros((), dtype_of(x)), axis=ax)
+    zero = xp_of(plain(x)).zeros((), dtype_of(x))
+    base = x if include_self else _scatter(x, index, zero, axis=ax)
     total = _scatter_add(base, index, src, axis=ax)
     if reduce == "sum":
         return total
@@ -874,10 +889,11 @@ def split_index(op: str, index) -> tuple[tuple, list]:
     for p in parts:
         if (
             hasattr(p, "requires_grad")
-            or isinstance(p, (list, np.ndarray))
+            or isinstance(p, list)
+            or is_array(p)
             or (isinstance(p, (bool, np.bool_)))
         ):
-            a = p if hasattr(p, "requires_grad") else np.asarray(p)
+            a = p if hasattr(p, "requires_grad") or is_array(p) else np.asarray(p)
             if dtype_of(a).kind not in "iub":
                 raise IndexError(f"{op}: index arrays must be integer or bool, got {dtype_of(a)}")
             template.append(ARRAY)
@@ -906,7 +922,7 @@ def index_get(x, index):
 
         return getitem(x, index)
     out_shape = np.empty(shape_of(x), np.bool_)[
-        build_index(template, [np.asarray(plain(a)) for a in arrays])
+        build_index(template, [to_host(plain(a)) for a in arrays])
     ].shape
     fixed = _fixed(out_shape) if any(dtype_of(a).kind == "b" for a in arrays) else None
     return _index_get(x, *arrays, template=template, fixed_shape=fixed)
@@ -961,7 +977,8 @@ def nonzero(x, as_tuple: bool = False):
     """The indices of the nonzero entries: an ``(n, ndim)`` int64 tensor, or with
     ``as_tuple`` one 1-d tensor per axis (what ``x[...]`` takes). Its length depends on the
     values: inside a compiled function a call with another count than the traced one raises."""
-    a = np.asarray(plain(x))
+    a = plain(x)
+    a = a if is_array(a) else np.asarray(a)
     n = int(np.count_nonzero(a))
     out = _nonzero(x, fixed_shape=_fixed((n, a.ndim)))
     if not as_tuple:
@@ -975,8 +992,8 @@ def _one_hot_fwd(indices, num_classes, dtype, out=None):
         bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
         raise IndexOutOfRange(f"one_hot: index {bad} is out of range for {num_classes} classes")
     if out is None:
-        out = np.empty(indices.shape + (num_classes,), dtype)
-    np.equal(indices[..., None], np.arange(num_classes), out=out, casting="unsafe")
+        out = xp_of(indices).empty(indices.shape + (num_classes,), dtype)
+    np.equal(indices[..., None], xp_of(indices).arange(num_classes), out=out, casting="unsafe")
     return out
 
 

@@ -46,7 +46,7 @@ def transposed_layout(b) -> bool:
 
 
 def _vjp_b(g, out, a, b):
-    if a.ndim == 2 and transposed_layout(b if isinstance(b, np.ndarray) else b.data):
+    if a.ndim == 2 and transposed_layout(b.data if hasattr(b, "requires_grad") else b):
         return _swap_last(run(matmul, _swap_last(g), a))  # (g^T a)^T: b's own layout
     a2, b2, g2 = _as_matrices(a, b, g)
     return _sum_to(run(matmul, _swap_last(a2), g2), b2.shape).reshape(b.shape)

@@ -14,8 +14,9 @@ import math
 
 import numpy as np
 
+from ..backend import asarray
 from ..errors import ShapeError
-from .args import axes_of, dtype_of, one_axis, shape_of
+from .args import axes_of, dtype_of, one_axis, plain, shape_of
 from .indexing import ARRAY, _index_get, _index_put, _take
 from .shape import broadcast_to, concatenate, getitem, permute, reshape
 from .shape import pad as _constant_pad
@@ -137,7 +138,12 @@ def repeat_interleave(x, repeats, axis=None):
             f"repeat_interleave: {reps.size} repeat counts for {n} entries along axis {ax}"
         )
     index = np.repeat(np.arange(n, dtype=np.int64), reps.reshape(-1) if reps.ndim else int(reps))
-    return _take(x, index, axis=ax)
+    return _take(x, _beside(x, index), axis=ax)
+
+
+def _beside(x, a: np.ndarray):
+    """``a`` (an index or constant made on the host) on ``x``'s device."""
+    return asarray(a, like=plain(x))
 
 
 # -- triangles and diagonals ---------------------------------------------------------------------
@@ -151,8 +157,9 @@ def tril(x, diagonal: int = 0):
     shape = shape_of(x)
     _matrix_check("tril", shape)
     above = ~np.tri(shape[-2], shape[-1], int(diagonal), dtype=bool)
+    zero = np.zeros((), dtype_of(x))
     return _index_put(
-        x, np.zeros((), dtype_of(x)), above, template=(Ellipsis, ARRAY), accumulate=False
+        x, _beside(x, zero), _beside(x, above), template=(Ellipsis, ARRAY), accumulate=False
     )
 
 
@@ -161,8 +168,9 @@ def triu(x, diagonal: int = 0):
     shape = shape_of(x)
     _matrix_check("triu", shape)
     below = np.tri(shape[-2], shape[-1], int(diagonal) - 1, dtype=bool)
+    zero = np.zeros((), dtype_of(x))
     return _index_put(
-        x, np.zeros((), dtype_of(x)), below, template=(Ellipsis, ARRAY), accumulate=False
+        x, _beside(x, zero), _beside(x, below), template=(Ellipsis, ARRAY), accumulate=False
     )
 
 
@@ -182,7 +190,7 @@ def diagonal(x, offset: int = 0, axis1: int = 0, axis2: int = 1):
     rest = [d for d in range(len(shape)) if d not in (a1, a2)]
     moved = permute(x, tuple(rest) + (a1, a2))
     rows, cols = _diagonal_positions(shape[a1], shape[a2], int(offset))
-    return _index_get(moved, rows, cols, template=(Ellipsis, ARRAY, ARRAY))
+    return _index_get(moved, _beside(x, rows), _beside(x, cols), template=(Ellipsis, ARRAY, ARRAY))
 
 
 _diagonal = diagonal  # diag's argument is named ``diagonal``, as in PyTorch
@@ -199,7 +207,12 @@ def diag(x, diagonal: int = 0):
     n = shape[0] + abs(k)
     rows = np.arange(shape[0]) + max(0, -k)
     return _index_put(
-        np.zeros((n, n), dtype_of(x)), x, rows, rows + k, template=(ARRAY, ARRAY), accumulate=False
+        _beside(x, np.zeros((n, n), dtype_of(x))),
+        x,
+        _beside(x, rows),
+        _beside(x, rows + k),
+        template=(ARRAY, ARRAY),
+        accumulate=False,
     )
 
 
@@ -288,7 +301,7 @@ def unfold(x, axis: int, size: int, step: int):
         raise ShapeError(f"unfold: step must be positive, got {step}")
     count = (n - size) // step + 1
     index = np.arange(count, dtype=np.int64)[:, None] * step + np.arange(size, dtype=np.int64)
-    windows = _take(x, index, axis=ax)  # shape[:ax] + (count, size) + shape[ax + 1:]
+    windows = _take(x, _beside(x, index), axis=ax)  # shape[:ax] + (count, size) + shape[ax + 1:]
     order = tuple(d for d in range(len(shape) + 1) if d != ax + 1) + (ax + 1,)
     return permute(windows, order)
 
@@ -355,5 +368,6 @@ def pad(x, pad_width, value: float = 0.0, mode: str = "constant"):
     for axis, (lo, hi) in enumerate(pw):
         if lo or hi:
             index = _source_positions(_MODES[mode], shape[axis], int(lo), int(hi), axis, shape)
+            index = _beside(x, index)
             out = _take(out, index, axis=axis)
     return out

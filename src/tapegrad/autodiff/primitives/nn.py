@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import asarray, cuda_kernels, is_array, xp_of
 from ..errors import ShapeError
 from ..kernels import scatter_add_rows
 from ..kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
@@ -58,20 +59,25 @@ def _embedding_fwd(weight, indices, out=None, ws=None):
         return np.take(weight, indices, axis=0)
     # into a buffer: np.take converts other index types, and buffers in mode="raise" (the
     # range is checked above), on every call
-    idx = _copied(scratch(ws, "idx", indices.shape, np.intp), indices)
+    idx = _copied(scratch(ws, "idx", indices.shape, np.intp, like=indices), indices)
+    if type(weight) is not np.ndarray:  # a device's take has no mode (it wraps)
+        return xp_of(weight).take(weight, idx, axis=0, out=out)
     return np.take(weight, idx, axis=0, out=out, mode="wrap")
 
 
 def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):
     d = g.shape[-1]
-    gw = np.zeros((rows, d), dtype=g.dtype) if out is None else out
+    gw = xp_of(g).zeros((rows, d), dtype=g.dtype) if out is None else out
     if out is not None:
         gw.fill(0)
     if not g.flags.c_contiguous:  # the scatter reads rows: a contiguous copy first
-        g = _copied(scratch(ws, "g", g.shape, g.dtype), g)
+        g = _copied(scratch(ws, "g", g.shape, g.dtype, like=g), g)
     if indices.dtype != np.intp:  # the loop takes intp ids (converted once per call)
-        indices = _copied(scratch(ws, "idx", indices.shape, np.intp), indices)
-    scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
+        indices = _copied(scratch(ws, "idx", indices.shape, np.intp, like=g), indices)
+    kernels = cuda_kernels(g)
+    (kernels.scatter_add_rows if kernels else scatter_add_rows)(
+        gw, indices.reshape(-1), g.reshape(-1, d)
+    )
     return gw
 
 
@@ -138,7 +144,7 @@ def embedding(weight, indices):
     wa = _check_float("embedding", "weight", weight)
     _check_rank("embedding", "weight", wa, 2, "(V, D)")
     idx = _data(indices)
-    if not isinstance(idx, np.ndarray):
+    if not is_array(idx):
         idx = np.asarray(idx)
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"embedding: indices must be an integer array, got dtype {idx.dtype}")
@@ -165,14 +171,14 @@ def _loss_out(total: float, per, reduction: str, count: int, res):
         return per
     value = total / max(count, 1) if reduction == "mean" else total
     if res is None:
-        return np.asarray(value, dtype=per.dtype)
+        return asarray(value, per.dtype, like=per)
     res[...] = value
     return res
 
 
 def _multiplier(g, reduction: str, count: int, ws) -> np.ndarray:
     """The output gradient as the loss kernels take it: (1,), or one value per sample."""
-    k = scratch(ws, "k", (np.size(g),), g.dtype)
+    k = scratch(ws, "k", (g.size,), g.dtype, like=g)
     if reduction == "mean":
         return np.divide(np.reshape(g, -1), max(count, 1), out=k)
     np.copyto(k, np.reshape(g, -1))
@@ -184,10 +190,17 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
     res, p = (None, None) if out is None else out
     n, c = logits.shape
     if target.dtype.kind in "iu":
-        p = np.empty(logits.shape, logits.dtype) if p is None else p
-        per = res if reduction == "none" and res is not None else scratch(ws, "per", (n,), p.dtype)
+        p = xp_of(logits).empty(logits.shape, logits.dtype) if p is None else p
+        per = (
+            res
+            if reduction == "none" and res is not None
+            else scratch(ws, "per", (n,), p.dtype, like=logits)
+        )
+        kernels = cuda_kernels(logits)
         try:
-            total = softmax_ce_forward(logits, target, p, per)
+            total = (kernels.softmax_ce_forward if kernels else softmax_ce_forward)(
+                logits, target, p, per
+            )
         except IndexError:
             bad = target[(target < 0) | (target >= c)][0]
             raise ShapeError(
@@ -204,7 +217,9 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
     loss = -np.sum(target * z, axis=1)
     if reduction != "none":
         total = np.sum(loss)
-        loss = np.asarray(total / max(n, 1) if reduction == "mean" else total, logits.dtype)
+        loss = asarray(
+            total / max(n, 1) if reduction == "mean" else total, logits.dtype, like=logits
+        )
     if out is None:
         return loss, e
     np.copyto(res, loss)
@@ -221,8 +236,11 @@ def _ce_vjp_logits(g, out, logits, target, reduction, aux):
 
 def _ce_grad_fwd(p, target, g, reduction, out=None, ws=None):
     if target.dtype.kind in "iu":
-        gx = np.empty(p.shape, p.dtype) if out is None else out
-        softmax_ce_backward(p, target, _multiplier(g, reduction, len(p), ws), gx)
+        gx = xp_of(p).empty(p.shape, p.dtype) if out is None else out
+        kernels = cuda_kernels(p)
+        (kernels.softmax_ce_backward if kernels else softmax_ce_backward)(
+            p, target, _multiplier(g, reduction, len(p), ws), gx
+        )
         return gx
     k = _scale(g, reduction, p.shape[0])
     gx = p * np.sum(target, axis=1, keepdims=True)
@@ -241,7 +259,7 @@ def _ce_grad_vjps():
     def parts(p, target, g, reduction):
         t = target
         if t.dtype.kind in "iu":
-            t = np.eye(p.shape[1], dtype=p.dtype)[_plain(t)]
+            t = xp_of(_plain(p)).eye(p.shape[1], dtype=p.dtype)[_plain(t)]
         k = _scale(g, reduction, p.shape[0])
         k = k.reshape((-1, 1)) if reduction == "none" else k
         return t, _row_sum(t), k
@@ -359,7 +377,7 @@ def softmax_cross_entropy(logits, target, reduction: str = "mean"):
     _check_reduction(op, reduction)
     n, c = la.shape
     ta = _data(target)
-    if not isinstance(ta, np.ndarray):
+    if not is_array(ta):
         ta = np.asarray(ta)
         target = ta
     if ta.dtype.kind in "iu":
@@ -390,13 +408,15 @@ def softmax_cross_entropy(logits, target, reduction: str = "mean"):
 def _bce_fwd(logits, target, reduction, out=None, ws=None):
     """(loss, sigmoid(logits)), one compiled loop."""
     res, sig = (None, None) if out is None else out
+    xp = xp_of(logits)
     if sig is None:
-        sig = np.empty(logits.shape, logits.dtype)
+        sig = xp.empty(logits.shape, logits.dtype)
     if reduction == "none":
-        per = np.empty(logits.shape, logits.dtype) if res is None else res
+        per = xp.empty(logits.shape, logits.dtype) if res is None else res
     else:
-        per = scratch(ws, "per", logits.shape, logits.dtype)
-    total = bce_forward(logits, target, sig, per)
+        per = scratch(ws, "per", logits.shape, logits.dtype, like=logits)
+    kernels = cuda_kernels(logits)
+    total = (kernels.bce_forward if kernels else bce_forward)(logits, target, sig, per)
     return _loss_out(total, per, reduction, per.size, res), sig
 
 
@@ -406,8 +426,11 @@ def _bce_vjp_logits(g, out, logits, target, reduction, aux):
 
 
 def _bce_grad_fwd(sig, target, g, reduction, out=None, ws=None):
-    gx = np.empty(sig.shape, sig.dtype) if out is None else out
-    bce_backward(sig, target, _multiplier(g, reduction, sig.size, ws), gx)
+    gx = xp_of(sig).empty(sig.shape, sig.dtype) if out is None else out
+    kernels = cuda_kernels(sig)
+    (kernels.bce_backward if kernels else bce_backward)(
+        sig, target, _multiplier(g, reduction, sig.size, ws), gx
+    )
     return gx
 
 
@@ -496,8 +519,8 @@ def bce_with_logits(logits, target, reduction: str = "mean"):
     la = _check_float(op, "logits", logits)
     _check_reduction(op, reduction)
     ta = _data(target)
-    if not isinstance(ta, np.ndarray) or ta.dtype.kind != "f":
-        ta = np.asarray(ta, dtype=la.dtype)
+    if not is_array(ta) or ta.dtype.kind != "f":
+        ta = asarray(ta, la.dtype, like=la)
         target = ta
     if ta.shape != la.shape:
         raise ShapeError(f"{op}: target must have the logits' shape {la.shape}, got {ta.shape}")

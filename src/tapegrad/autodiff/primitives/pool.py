@@ -15,6 +15,7 @@ import itertools
 
 import numpy as np
 
+from ..backend import cuda_kernels, is_array, xp_of
 from ..errors import ShapeError
 from ..kernels import max_pool_backward, max_pool_forward
 from . import samples as S
@@ -30,12 +31,13 @@ def _pool_fwd(x, kernel, stride, padding, dilation, out=None, ws=None):
     """(out, arg): each window's maximum and its offset in the window."""
     xp = x
     if _any(padding):
-        xp = scratch(ws, "xp", _padded_shape(x.shape, padding), x.dtype)
+        xp = scratch(ws, "xp", _padded_shape(x.shape, padding), x.dtype, like=x)
         xp.fill(-np.inf)
         np.copyto(xp[_interior(padding, x.shape)], x)
+    fn = cuda_kernels(x).max_pool_forward if cuda_kernels(x) else max_pool_forward
     if out is None:
-        return max_pool_forward(xp, kernel, stride, dilation=dilation)
-    return max_pool_forward(xp, kernel, stride, out=out[0], arg=out[1], dilation=dilation)
+        return fn(xp, kernel, stride, dilation=dilation)
+    return fn(xp, kernel, stride, out=out[0], arg=out[1], dilation=dilation)
 
 
 def _geo(kernel, stride, padding, dilation) -> dict:
@@ -60,9 +62,10 @@ def _positions(arg, kernel, stride, dilation):
         )
     )
     a = arg.reshape((-1,) + ((1,) if arg.ndim == 3 else ()) + arg.shape[2:]).astype(np.intp)
-    rows = np.arange(a.shape[1])[:, None] * s2[0] + (a // k2[1]) * d2[0]
-    cols = np.arange(a.shape[2])[None, :] * s2[1] + (a % k2[1]) * d2[1]
-    return np.arange(a.shape[0])[:, None, None], rows, cols
+    xp = xp_of(arg)
+    rows = xp.arange(a.shape[1])[:, None] * s2[0] + (a // k2[1]) * d2[0]
+    cols = xp.arange(a.shape[2])[None, :] * s2[1] + (a % k2[1]) * d2[1]
+    return xp.arange(a.shape[0])[:, None, None], rows, cols
 
 
 def _planes_of(a: np.ndarray) -> np.ndarray:
@@ -75,11 +78,12 @@ def _pool_gather_fwd(h, arg, kernel, stride, padding, dilation):
 
 
 def _pool_backward_fwd(g, arg, x_shape, kernel, stride, padding, dilation, out=None, ws=None):
+    fn = cuda_kernels(g).max_pool_backward if cuda_kernels(g) else max_pool_backward
     if not _any(padding):
-        return max_pool_backward(g, arg, x_shape, kernel, stride, gx=out, dilation=dilation)
-    gxp = scratch(ws, "gxp", _padded_shape(x_shape, padding), g.dtype)
-    max_pool_backward(g, arg, gxp.shape, kernel, stride, gx=gxp, dilation=dilation)
-    gx = np.empty(x_shape, g.dtype) if out is None else out
+        return fn(g, arg, x_shape, kernel, stride, gx=out, dilation=dilation)
+    gxp = scratch(ws, "gxp", _padded_shape(x_shape, padding), g.dtype, like=g)
+    fn(g, arg, gxp.shape, kernel, stride, gx=gxp, dilation=dilation)
+    gx = xp_of(g).empty(x_shape, g.dtype) if out is None else out
     np.copyto(gx, gxp[_interior(padding, x_shape)])
     return gx
 
@@ -324,7 +328,7 @@ def max_pool2d(
 def _unpool_fwd(x, indices, size, out=None):
     """Each value of x at its index of a zero (N, C, prod(size)) plane, as (N, C, *size)."""
     n, c = x.shape[:2]
-    res = np.zeros((n, c) + tuple(size), x.dtype) if out is None else out
+    res = xp_of(x).zeros((n, c) + tuple(size), x.dtype) if out is None else out
     if out is not None:
         res.fill(0)
     np.put_along_axis(res.reshape(n, c, -1), indices.reshape(n, c, -1), x.reshape(n, c, -1), 2)
@@ -376,7 +380,8 @@ _max_unpool = primitive(
 def _unpool(op, d, x, indices, kernel_size, stride, padding, output_size):
     xa = _check_float(op, "x", x)
     _check_rank(op, "x", xa, d + 2, "(N, C, L)" if d == 1 else "(N, C, H, W)")
-    ia = np.asarray(indices.data if hasattr(indices, "requires_grad") else indices)
+    ia = indices.data if hasattr(indices, "requires_grad") else indices
+    ia = ia if is_array(ia) else np.asarray(ia)
     if ia.shape != xa.shape or ia.dtype.kind not in "iu":
         raise ShapeError(
             f"{op}: indices must be integers of the input's shape {xa.shape}, got {ia.dtype} "

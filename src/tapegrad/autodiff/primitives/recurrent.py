@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import cuda_kernels
+from ..backend import xp_of as _xp
 from ..errors import ShapeError
-from ..kernels.recurrent import (
-    gru_backward_step,
-    gru_forward_step,
-    lstm_backward_step,
-    lstm_forward_step,
-    rnn_backward_step,
-)
+from ..kernels import recurrent as _cpu_kernels
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
+
+
+def _step_kernels(a):
+    """The module whose step kernels serve ``a``'s device: numba's CPU loops, or CUDA's."""
+    return cuda_kernels(a) or _cpu_kernels
 
 
 def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch, zero_h0=False):
@@ -75,6 +76,7 @@ def rnn_scan_backward(
     dwhh.fill(0)
     dpre = scratch
     tanh = nonlinearity == "tanh"
+    rnn_backward_step = _step_kernels(g).rnn_backward_step
     for t in range(xp.shape[0] - 1, -1, -1):
         rnn_backward_step(g[t], dh, hs[t], tanh, dpre, dxp[t])  # one pass, no buffers
         if t == 0 and zero_h0:
@@ -91,8 +93,10 @@ def rnn_scan_backward(
 def _forward(xp, whh, h0, nonlinearity, zero_h0=False, out=None, ws=None):
     # h0's shape sets the backward kernel's loop bounds (boundscheck off), even with zero_h0
     _check_states("rnn_scan", xp, whh, 1, {"h0": h0})
-    hs = np.empty(xp.shape, dtype=xp.dtype) if out is None else out
-    rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch(ws, "h", h0.shape, xp.dtype), zero_h0)
+    hs = _xp(xp).empty(xp.shape, dtype=xp.dtype) if out is None else out
+    rnn_scan_forward(
+        xp, whh, h0, nonlinearity, hs, scratch(ws, "h", h0.shape, xp.dtype, like=xp), zero_h0
+    )
     return hs
 
 
@@ -114,9 +118,13 @@ def _vjp(g, hs, needs, xp, whh, h0, nonlinearity, zero_h0=False):
 def _backward(g, hs, xp, whh, h0, nonlinearity, needs, zero_h0=False, out=None, ws=None):
     dt = g.dtype
     if out is None:  # dxp in xp's memory layout (batch-major, usually)
-        out = (np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt), np.empty(h0.shape, dt))
+        out = (
+            np.empty_like(xp, dtype=dt),
+            _xp(xp).empty(whh.shape, dt),
+            _xp(xp).empty(h0.shape, dt),
+        )
     dxp, dwhh, dh = out
-    tmp, work = scratch(ws, "tmp", whh.shape, dt), scratch(ws, "h", h0.shape, dt)
+    tmp, work = scratch(ws, "tmp", whh.shape, dt, like=xp), scratch(ws, "h", h0.shape, dt, like=xp)
     rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, work, needs, zero_h0)
     return dxp, dwhh, dh
 
@@ -177,9 +185,9 @@ def lstm_scan_buffers(xp: np.ndarray) -> tuple:
     per-step scratch for ``h @ whh.T`` (N, 4H)."""
     T, N, G = xp.shape
     return (
-        np.empty((T, N, G), xp.dtype),
-        np.empty((T, N, G // 4), xp.dtype),
-        np.empty((N, G), xp.dtype),
+        _xp(xp).empty((T, N, G), xp.dtype),
+        _xp(xp).empty((T, N, G // 4), xp.dtype),
+        _xp(xp).empty((N, G), xp.dtype),
     )
 
 
@@ -189,6 +197,7 @@ def lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw) -> None:
     whh_t = whh.T
     hs, cs = out[0], out[1]
     h, c = h0, c0
+    lstm_forward_step = _step_kernels(xp).lstm_forward_step
     for t in range(xp.shape[0]):
         np.matmul(h, whh_t, out=hw)
         lstm_forward_step(xp[t], hw, c, hs[t], cs[t], act[t], tc[t])
@@ -203,6 +212,7 @@ def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, nee
     hs, cs = out[0], out[1]
     dh.fill(0)
     dc.fill(0)
+    lstm_backward_step = _step_kernels(g).lstm_backward_step
     for t in range(T - 1, -1, -1):
         lstm_backward_step(g[0, t], g[1, t], act[t], tc[t], cs[t - 1] if t else c0, dh, dc, dxp[t])
         if t or needs[2]:
@@ -236,9 +246,11 @@ def _lstm_forward(xp, whh, h0, c0, out=None, ws=None):
     T, N, G = xp.shape
     if out is None:
         act, tc, _ = lstm_scan_buffers(xp)
-        out = (np.empty((2, T, N, G // 4), xp.dtype), act, tc)
+        out = (_xp(xp).empty((2, T, N, G // 4), xp.dtype), act, tc)
     states, act, tc = out
-    lstm_scan_forward(xp, whh, h0, c0, states, act, tc, scratch(ws, "hw", (N, G), xp.dtype))
+    lstm_scan_forward(
+        xp, whh, h0, c0, states, act, tc, scratch(ws, "hw", (N, G), xp.dtype, like=xp)
+    )
     return out
 
 
@@ -251,11 +263,11 @@ def _lstm_backward(g, states, act, tc, xp, whh, h0, c0, needs, out=None, ws=None
     """(dx in xp's layout, dwhh, dh0, dc0); the gate gradients are computed time-major."""
     dt = g.dtype
     if out is None:
-        out = (np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt))
-        out += (np.empty(h0.shape, dt), np.empty(c0.shape, dt))
+        out = (np.empty_like(xp, dtype=dt), _xp(xp).empty(whh.shape, dt))
+        out += (_xp(xp).empty(h0.shape, dt), _xp(xp).empty(c0.shape, dt))
     dx, dwhh, dh, dc = out
-    dxp = dx if dx.flags.c_contiguous else scratch(ws, "dgates", xp.shape, dt)
-    tmp = scratch(ws, "tmp", whh.shape, dt)
+    dxp = dx if dx.flags.c_contiguous else scratch(ws, "dgates", xp.shape, dt, like=xp)
+    tmp = scratch(ws, "tmp", whh.shape, dt, like=xp)
     lstm_scan_backward(g, states, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, needs)
     if dxp is not dx:
         np.copyto(dx, dxp)
@@ -310,13 +322,14 @@ def gru_scan_buffers(xp: np.ndarray) -> tuple:
     """The forward's saved array ``act`` (T, N, 4H: r, z, n, h @ W_hn^T + b_hn) and the
     per-step scratch for ``h @ whh.T`` (N, 3H)."""
     T, N, G = xp.shape
-    return np.empty((T, N, 4 * (G // 3)), xp.dtype), np.empty((N, G), xp.dtype)
+    return _xp(xp).empty((T, N, 4 * (G // 3)), xp.dtype), _xp(xp).empty((N, G), xp.dtype)
 
 
 def gru_scan_forward(xp, whh, bhh, h0, hs, act, hw) -> None:
     """Fill ``hs`` (T, N, H) with the hidden states and ``act`` with what backward reads."""
     whh_t = whh.T
     h = h0
+    gru_forward_step = _step_kernels(xp).gru_forward_step
     for t in range(xp.shape[0]):
         np.matmul(h, whh_t, out=hw)
         gru_forward_step(xp[t], hw, bhh, h, hs[t], act[t])
@@ -331,6 +344,7 @@ def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, n
     T, H = g.shape[0], dh.shape[1]
     dh.fill(0)
     dhd.fill(0)
+    gru_backward_step = _step_kernels(g).gru_backward_step
     for t in range(T - 1, -1, -1):
         gru_backward_step(g[t], dh, dhd, act[t], hs[t - 1] if t else h0, dxp[t], dhw[t])
         if t or needs[3]:
@@ -351,9 +365,9 @@ def _gru_forward(xp, whh, bhh, h0, out=None, ws=None):
     T, N, G = xp.shape
     if out is None:
         act, _ = gru_scan_buffers(xp)
-        out = (np.empty((T, N, G // 3), xp.dtype), act)
+        out = (_xp(xp).empty((T, N, G // 3), xp.dtype), act)
     hs, act = out
-    gru_scan_forward(xp, whh, bhh, h0, hs, act, scratch(ws, "hw", (N, G), xp.dtype))
+    gru_scan_forward(xp, whh, bhh, h0, hs, act, scratch(ws, "hw", (N, G), xp.dtype, like=xp))
     return out
 
 
@@ -366,11 +380,11 @@ def _gru_backward(g, hs, act, xp, whh, bhh, h0, needs, out=None, ws=None):
     """(dxp in xp's layout, dwhh, dbhh, dh0)."""
     dt = g.dtype
     if out is None:
-        out = (np.empty_like(xp, dtype=dt), np.empty(whh.shape, dt))
-        out += (np.empty(bhh.shape, dt), np.empty(h0.shape, dt))
+        out = (np.empty_like(xp, dtype=dt), _xp(xp).empty(whh.shape, dt))
+        out += (_xp(xp).empty(bhh.shape, dt), _xp(xp).empty(h0.shape, dt))
     dxp, dwhh, dbhh, dh = out
-    dhw = scratch(ws, "dhw", xp.shape, dt)
-    tmp, dhd = scratch(ws, "tmp", whh.shape, dt), scratch(ws, "dhd", h0.shape, dt)
+    dhw = scratch(ws, "dhw", xp.shape, dt, like=xp)
+    tmp, dhd = scratch(ws, "tmp", whh.shape, dt, like=xp), scratch(ws, "dhd", h0.shape, dt, like=xp)
     gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, needs)
     return out
 

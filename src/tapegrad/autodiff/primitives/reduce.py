@@ -10,7 +10,7 @@ import builtins
 
 import numpy as np
 
-from ..backend import expand_reduced, normalize_axis
+from ..backend import expand_reduced, is_array, normalize_axis, xp_of
 from . import samples as S
 from .elementwise import absolute, exp, power, sqrt
 from .registry import Sample, primitive, run, scratch
@@ -102,15 +102,15 @@ _min = primitive(
 
 def _logsumexp_fwd(x, axis, keepdims, out=None, ws=None):
     kept = tuple(1 if i in axis else n for i, n in enumerate(x.shape))
-    m = scratch(ws, "max", kept, x.dtype)
+    m = scratch(ws, "max", kept, x.dtype, like=x)
     if x.size:
         np.max(x, axis=axis, keepdims=True, out=m)
         np.copyto(m, 0, where=~np.isfinite(m))
     else:
         m.fill(0)
-    e = np.subtract(x, m, out=scratch(ws, "e", x.shape, x.dtype))
+    e = np.subtract(x, m, out=scratch(ws, "e", x.shape, x.dtype, like=x))
     np.exp(e, out=e)
-    s = np.sum(e, axis=axis, keepdims=True, out=scratch(ws, "sum", kept, x.dtype))
+    s = np.sum(e, axis=axis, keepdims=True, out=scratch(ws, "sum", kept, x.dtype, like=x))
     np.log(s, out=s)
     res = np.add(s, m, out=None if out is None else out.reshape(kept))
     if out is not None:
@@ -138,7 +138,7 @@ def _kept(x, axis):
 
 
 def _max_kept(x, axis, ws):
-    m = scratch(ws, "m", _kept(x, axis), x.dtype)
+    m = scratch(ws, "m", _kept(x, axis), x.dtype, like=x)
     if x.ndim == 0:  # nothing to reduce (NumPy's max refuses an out= here)
         np.copyto(m, x)
         return m
@@ -161,7 +161,7 @@ def _softmax_vjp(g, out, x, axis):
 def _log_softmax_fwd(x, axis, out=None, ws=None):
     m = _max_kept(x, axis, ws)
     z = np.subtract(x, m, out=np.empty_like(x) if out is None else out)
-    e = np.exp(z, out=scratch(ws, "e", x.shape, x.dtype))
+    e = np.exp(z, out=scratch(ws, "e", x.shape, x.dtype, like=x))
     s = np.sum(e, axis=axis, keepdims=True, out=m)
     z -= np.log(s, out=s)
     return z
@@ -197,7 +197,7 @@ _log_softmax = primitive(
 
 
 def _ndim(x) -> int:
-    return np.ndim(x.data if hasattr(x, "data") else x)
+    return np.ndim(x.data if hasattr(x, "requires_grad") else x)
 
 
 def _reducer(prim, what):
@@ -260,12 +260,13 @@ def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's n
 def _arg_extreme_fwd(x, axis, keepdims, largest, out=None):
     """The flat position (``axis`` None) or the index along one axis of the first extreme."""
     fn = np.argmax if largest else np.argmin
+    xp = xp_of(x)
     if axis is None:
-        res = np.asarray(fn(x.reshape(-1))).reshape((1,) * x.ndim if keepdims else ())
+        res = xp.asarray(fn(x.reshape(-1))).reshape((1,) * x.ndim if keepdims else ())
     elif x.ndim == 0:  # a 0-d x: its one entry is at index 0
-        res = np.zeros((), np.int64)
+        res = xp.zeros((), np.int64)
     else:
-        res = np.asarray(fn(x, axis=axis, keepdims=keepdims))
+        res = xp.asarray(fn(x, axis=axis, keepdims=keepdims))
     if out is None:
         return res.astype(np.int64, copy=False)
     np.copyto(out, res)
@@ -363,7 +364,8 @@ def _tensor(a):
 
 
 def _plain(x):
-    return np.asarray(x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x)
+    x = x.data if hasattr(x, "requires_grad") else x
+    return x if is_array(x) else np.asarray(x)
 
 
 def _one_axis(axis, x):

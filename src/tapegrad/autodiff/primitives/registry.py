@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import xp_of
+
 
 @dataclass
 class Sample:
@@ -68,25 +70,30 @@ class Sample:
 
 class Workspace:
     """Temporaries a forward keeps between calls of one compiled equation (eager calls get
-    none and allocate): ``ws.array(key, shape, dtype)`` is the same buffer on every call."""
+    none and allocate): ``ws.array(key, shape, dtype)`` is the same buffer on every call, on
+    the device of the plan's arrays (``xp``: their array module)."""
 
-    __slots__ = ("arrays",)
+    __slots__ = ("arrays", "xp")
 
-    def __init__(self):
+    def __init__(self, xp=np):
         self.arrays: dict = {}
+        self.xp = xp
 
-    def array(self, key, shape, dtype, zero: bool = False) -> np.ndarray:
+    def array(self, key, shape, dtype, zero: bool = False, like=None) -> np.ndarray:
         a = self.arrays.get(key)
         if a is None or a.shape != tuple(shape) or a.dtype != dtype:
-            a = self.arrays[key] = (np.zeros if zero else np.empty)(shape, dtype)
+            xp = self.xp if like is None else xp_of(like)
+            a = self.arrays[key] = (xp.zeros if zero else xp.empty)(shape, dtype)
         return a
 
 
-def scratch(ws: Workspace | None, key, shape, dtype, zero: bool = False) -> np.ndarray:
-    """A temporary for a forward: kept in ``ws`` by compiled plans, fresh when eager."""
+def scratch(ws: Workspace | None, key, shape, dtype, zero: bool = False, like=None):
+    """A temporary for a forward: kept in ``ws`` by compiled plans, fresh when eager; on
+    ``like``'s device (the workspace's when None; the CPU for an eager call without one)."""
     if ws is None:
-        return (np.zeros if zero else np.empty)(shape, dtype)
-    return ws.array(key, shape, dtype, zero)
+        xp = xp_of(like)
+        return (xp.zeros if zero else xp.empty)(shape, dtype)
+    return ws.array(key, shape, dtype, zero, like)
 
 
 def _takes(fn, name: str) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import expand_reduced, normalize_axis
+from ..backend import cuda_kernels, expand_reduced, normalize_axis, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels.scan import linear_recurrence
 from . import samples as S
@@ -83,11 +83,13 @@ def _linear_scan_fwd(b, a, axis, reverse, out=None):
         raise ShapeError(f"linear_scan: b has shape {b.shape} and a {a.shape}; they must match")
     bm, am = np.moveaxis(b, axis, 0), np.moveaxis(a, axis, 0)
     rows, cols = bm.shape[0], int(np.prod(bm.shape[1:], dtype=np.int64))
-    b2 = np.ascontiguousarray(bm.reshape(rows, cols))
-    a2 = np.ascontiguousarray(am.reshape(rows, cols), dtype=b2.dtype)
+    xp = xp_of(b)
+    b2 = xp.ascontiguousarray(bm.reshape(rows, cols))
+    a2 = xp.ascontiguousarray(am.reshape(rows, cols).astype(b2.dtype, copy=False))
     y2 = np.empty_like(b2)
     if b2.size:
-        linear_recurrence(b2, a2, y2, reverse)
+        kernels = cuda_kernels(b2)
+        (kernels.linear_recurrence if kernels else linear_recurrence)(b2, a2, y2, reverse)
     return _into(out, np.moveaxis(y2.reshape(bm.shape), 0, axis))
 
 
@@ -274,7 +276,7 @@ def _cum_extreme_index_fwd(x, axis, largest):
         hit |= np.isnan(x)  # a NaN is the extreme from there on, and each later NaN takes over
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
-    pos = np.arange(x.shape[axis], dtype=np.int64).reshape(shape)
+    pos = xp_of(x).arange(x.shape[axis], dtype=np.int64).reshape(shape)
     return np.maximum.accumulate(np.where(hit, pos, 0), axis=axis)
 
 

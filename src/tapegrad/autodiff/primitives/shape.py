@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import normalize_axis, unbroadcast
+from ..backend import asarray, is_array, normalize_axis, unbroadcast, xp_of
 from ..errors import ShapeError
 from . import samples as S
 from .registry import Sample, primitive, run
 
 
 def _data(x):
-    return x.data if hasattr(x, "data") and not isinstance(x, np.ndarray) else x
+    return x.data if hasattr(x, "requires_grad") else x
 
 
 # -- reshape -----------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ def _getitem_fwd(x, index, out=None):
     if out is None:
         return x[index]
     parts = index if isinstance(index, tuple) else (index,)
-    if len(parts) == 1 and isinstance(parts[0], np.ndarray) and parts[0].dtype.kind in "iu":
+    if len(parts) == 1 and is_array(parts[0]) and parts[0].dtype.kind in "iu":
         np.take(x, parts[0], axis=0, out=out)  # rows by integer ids: no temporary
         return out
     picked = x[index]
@@ -185,12 +185,12 @@ def _getitem_fwd(x, index, out=None):
 
 def _scatter_fwd(g, shape, index, out=None):
     if out is None:
-        gx = np.zeros(shape, dtype=g.dtype)
+        gx = xp_of(g).zeros(shape, dtype=g.dtype)
     else:
         gx = out
         gx.fill(0)
     parts = index if isinstance(index, tuple) else (index,)
-    if any(isinstance(p, np.ndarray) and p.dtype.kind in "iu" for p in parts):
+    if any(is_array(p) and p.dtype.kind in "iu" for p in parts):
         np.add.at(gx, index, g)  # integer arrays may repeat: scatter-add
     else:
         gx[index] = g  # basic slices and boolean masks never repeat
@@ -258,7 +258,7 @@ def _index_part(p):
     p = _data(p)
     if isinstance(p, (list, tuple)):
         p = np.asarray(p)  # a sequence inside an index tuple is an integer (or bool) array
-    if isinstance(p, np.ndarray) and p.dtype.kind not in "iub":
+    if is_array(p) and p.dtype.kind not in "iub":
         raise IndexError(f"getitem: index arrays must be integer or bool, got dtype {p.dtype}")
     return p
 
@@ -268,7 +268,7 @@ def _read_each_call(p) -> bool:
     the array of a value the step being traced computed."""
     if hasattr(p, "requires_grad"):
         return True
-    if isinstance(p, np.ndarray):
+    if is_array(p):
         from ..tensor import _TRACING
 
         trace = _TRACING.active
@@ -287,6 +287,9 @@ def getitem(x, index):
     index = (
         tuple(_index_part(p) for p in index) if isinstance(index, tuple) else (_index_part(index),)
     )
+    data = _data(x)
+    if type(data) is not np.ndarray and is_array(data):  # index arrays go where x lives
+        index = tuple(asarray(p, like=data) if is_array(p) else p for p in index)
     return _getitem(x, index=index)
 
 

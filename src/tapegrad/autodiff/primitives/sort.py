@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import xp_of
 from ..errors import DTypeError, ShapeError
 from . import samples as S
 from .args import dtype_of, one_axis, shape_of
@@ -70,7 +71,7 @@ def _topk_fwd(x, k, axis, largest, out=None):
     n = xm.shape[-1]
     rows = xm.reshape(-1, n)
     if k == 0:
-        idx = np.zeros((rows.shape[0], 0), np.int64)
+        idx = xp_of(rows).zeros((rows.shape[0], 0), np.int64)
     elif 2 * k >= n or not rows.size or (x.dtype.kind == "f" and np.isnan(rows).any()):
         idx = _argsort_fwd(rows, 1, largest)[:, :k]  # few to skip, or NaN: sort everything
     else:

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import beside, is_array
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
 from .. import functional as F
@@ -30,7 +31,8 @@ def _t(x) -> Tensor:
 
 
 def _is_bool(m) -> bool:
-    return (m.data if isinstance(m, Tensor) else np.asarray(m)).dtype == np.bool_
+    a = m.data if isinstance(m, Tensor) else m
+    return (a if is_array(a) else np.asarray(a)).dtype == np.bool_
 
 
 def _last_two_swapped(x: Tensor) -> Tensor:
@@ -102,7 +104,7 @@ def scaled_dot_product_attention(
     if is_causal:
         if attn_mask is not None:
             raise ValueError(f"{op}: give attn_mask or is_causal, not both")
-        keep = _causal_keep(n_q, n_k)
+        keep = beside(q, _causal_keep(n_q, n_k))
     elif attn_mask is not None:
         shape = tuple(attn_mask.shape)
         try:
@@ -123,7 +125,9 @@ def scaled_dot_product_attention(
 def _additive(mask, dtype) -> Tensor | np.ndarray:
     """A boolean "leave out" mask as 0 / -inf scores of ``dtype``; a float mask as it is."""
     if _is_bool(mask):
-        return ops.where(mask, np.array(-np.inf, dtype), np.array(0.0, dtype))
+        return ops.where(
+            mask, beside(mask, np.array(-np.inf, dtype)), beside(mask, np.array(0.0, dtype))
+        )
     return mask
 
 
@@ -193,8 +197,8 @@ def multi_head_attention_forward(
     k = ops.permute(ops.reshape(k, (S, N * H, hd)), (1, 0, 2))
     v = ops.permute(ops.reshape(v, (S, N * H, hd)), (1, 0, 2))
     if add_zero_attn:
-        k = ops.concatenate([k, np.zeros((N * H, 1, hd), dtype)], axis=1)
-        v = ops.concatenate([v, np.zeros((N * H, 1, hd), dtype)], axis=1)
+        k = ops.concatenate([k, beside(k, np.zeros((N * H, 1, hd), dtype))], axis=1)
+        v = ops.concatenate([v, beside(v, np.zeros((N * H, 1, hd), dtype))], axis=1)
         bias, kpm = _pad_last(bias, dtype), _pad_last(kpm, dtype)
         S += 1
     if kpm is not None:
@@ -216,5 +220,5 @@ def _pad_last(mask, dtype):
     """Append one zero column (the extra key) to a float mask."""
     if mask is None:
         return None
-    zeros = np.zeros((*mask.shape[:-1], 1), dtype)
+    zeros = beside(mask, np.zeros((*mask.shape[:-1], 1), dtype))
     return ops.concatenate([mask, zeros], axis=-1)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...autodiff import ops
+from ...autodiff import backend, ops
+from ...autodiff.backend import beside
 from ...autodiff.errors import DTypeError, ShapeError
 from ...autodiff.tensor import Tensor
 
@@ -55,7 +56,8 @@ def legacy_reduction(fname: str, size_average, reduce, reduction: str) -> str:
 
 
 def _target_array(target) -> np.ndarray:
-    return np.asarray(target.data if isinstance(target, Tensor) else target)
+    t = target.data if isinstance(target, Tensor) else target
+    return t if backend.is_array(t) else np.asarray(t)
 
 
 def _float_target(fname: str, target, logits: Tensor):
@@ -138,9 +140,9 @@ def _picked(fname, logp, target, shape, c, weight, ignore_index, label_smoothing
     classes = np.arange(c)
     if 0 <= ignore_index < c:
         classes[ignore_index] = -1  # no label matches it: rows labelled ignore_index pick nothing
-    hit = ops.equal(t, classes)  # (M, C); a row whose label is ignored has no hit
-    w = np.ones(c, dtype) if weight is None else weight
-    zero = np.zeros((), dtype)
+    hit = ops.equal(t, beside(logp, classes))  # (M, C); a row whose label is ignored has no hit
+    w = beside(logp, np.ones(c, dtype)) if weight is None else weight
+    zero = beside(logp, np.zeros((), dtype))
     row_w = ops.sum(ops.where(hit, w, zero), axis=1)  # the label's weight; 0 when ignored
     nll = -ops.sum(ops.where(hit, logp, zero), axis=1)
     if weight is not None:
@@ -447,7 +449,7 @@ def cosine_embedding_loss(
     prod = ops.sum(a * b, axis=axis)
     cos = prod / ops.sqrt((ops.sum(a * a, axis=axis) + eps) * (ops.sum(b * b, axis=axis) + eps))
     y = _t(target)
-    zero = np.zeros((), a.dtype)
+    zero = beside(a, np.zeros((), a.dtype))
     pos = ops.where(ops.equal(y, 1), 1.0 - cos, zero)
     neg = ops.where(ops.equal(y, -1), ops.relu(cos - margin), zero)
     return _reduce(pos + neg, reduction)

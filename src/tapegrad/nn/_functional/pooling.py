@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import beside
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
 
@@ -74,9 +75,9 @@ def _window_matrix(lo, hi, size: int, dtype) -> np.ndarray:
 def _sum_windows(x: Tensor, mats: list[np.ndarray]) -> Tensor:
     """Apply one window matrix per trailing axis: the last with ``x @ A.T``, the one before
     with ``A @ x``."""
-    y = ops.matmul(x, np.ascontiguousarray(mats[-1].T))
+    y = ops.matmul(x, beside(x, np.ascontiguousarray(mats[-1].T)))
     if len(mats) == 2:
-        y = ops.matmul(mats[0], y)
+        y = ops.matmul(beside(x, mats[0]), y)
     return y
 
 
@@ -109,7 +110,7 @@ def _avg_pool(op, x, d, kernel_size, stride, padding, ceil_mode, count_include_p
         div = counts[0].astype(np.float64)
         if d == 2:
             div = np.multiply.outer(div, counts[1])
-    return _sum_windows(x, mats) / div.astype(x.dtype)
+    return _sum_windows(x, mats) / beside(x, div.astype(x.dtype))
 
 
 def _tiled_mean(x: Tensor, d: int, k: tuple, outs: tuple) -> Tensor:
@@ -182,7 +183,7 @@ def _adaptive(op: str, x, d: int, output_size) -> Tensor:
         mats.append(_window_matrix(lo, hi, n, x.dtype))
         counts.append((hi - lo).astype(np.float64))
     div = counts[0] if d == 1 else np.multiply.outer(counts[0], counts[1])
-    return _sum_windows(x, mats) / div.astype(x.dtype)
+    return _sum_windows(x, mats) / beside(x, div.astype(x.dtype))
 
 
 def adaptive_avg_pool1d(input: ArrayLike, output_size) -> Tensor:
@@ -252,7 +253,7 @@ def _linear_weights(n_in: int, n_out: int, scale, align_corners: bool, dtype):
 
 
 def _take(x: Tensor, axis: int, index: np.ndarray) -> Tensor:
-    return x[(slice(None),) * axis + (index,)]
+    return x[(slice(None),) * axis + (beside(x, index),)]
 
 
 def interpolate(
@@ -299,5 +300,6 @@ def interpolate(
             continue
         i0, i1, w0, w1 = _linear_weights(n_in, n_out, scales[k], bool(align_corners), x.dtype)
         shape = (n_out,) + (1,) * (y.ndim - axis - 1)
-        y = _take(y, axis, i0) * w0.reshape(shape) + _take(y, axis, i1) * w1.reshape(shape)
+        w0, w1 = beside(x, w0.reshape(shape)), beside(x, w1.reshape(shape))
+        y = _take(y, axis, i0) * w0 + _take(y, axis, i1) * w1
     return y

@@ -1,0 +1,67 @@
+"""The optimiser update kernels on CUDA (twins of ``optim/kernels.py``): one thread per element
+of a parameter, reading ``p``, ``g`` and the moments once and writing them once. Imported only
+when a parameter lives on a CUDA device (it imports ``numba.cuda``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from ..autodiff.backend import xp_of
+from ..autodiff.kernels.cuda.launch import jit, launch
+
+
+@jit
+def _adam(p, g, m, v, vmax, amsgrad, l2, decoupled, wd, decay, c1, b2, c2, b2s, eps, size):
+    for i in range(cuda.grid(1), p.shape[0], cuda.gridsize(1)):  # pragma: no cover - compiled
+        d = g[i] + p[i] * wd if l2 else g[i]
+        m[i] = m[i] + (d - m[i]) * c1
+        v[i] = v[i] * b2 + d * c2 * d
+        vv = v[i]
+        if amsgrad:
+            x = vmax[i]
+            x = x if (x >= vv or x != x) else vv
+            vmax[i] = x
+            vv = x
+        step = m[i] / (math.sqrt(vv) / b2s + eps) * size
+        p[i] = (p[i] * decay if decoupled else p[i]) - step
+
+
+_UNUSED: dict = {}
+
+
+def _unused(p):
+    """A one-element array standing in for the AMSGrad maximum when there is none (never
+    read; a separate array, as a launch must not be given one array twice)."""
+    key = (type(p), p.dtype)
+    if key not in _UNUSED:
+        _UNUSED[key] = xp_of(p).zeros(1, p.dtype)
+    return _UNUSED[key]
+
+
+def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):
+    """Adam (``decoupled``: AdamW) step ``step`` on a CUDA device, in place, with the scalars
+    of the CPU kernel (``optim.kernels.adam_update``), each cast to the parameter's dtype.
+    ``scratch`` is unused (the arrays of a parameter and its state are contiguous)."""
+    t = p.dtype.type
+    flat = [a.reshape(-1) for a in (p, g, m, v)]
+    vm = vmax.reshape(-1) if vmax is not None else _unused(p)
+    launch(
+        _adam,
+        p.size,
+        *flat,
+        vm,
+        vmax is not None,
+        wd != 0 and not decoupled,
+        wd != 0 and decoupled,
+        t(wd),
+        t(1.0 - lr * wd),
+        t(1.0 - beta1),
+        t(beta2),
+        t(1.0 - beta2),
+        t(np.sqrt(1.0 - beta2**step)),
+        t(eps),
+        t(lr / (1.0 - beta1**step)),
+    )
