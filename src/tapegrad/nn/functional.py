@@ -322,13 +322,13 @@ def _bias_sum(b1, b2):
 
 def rnn_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh"):
     """One Elman step ``act(x @ W_ih^T + b_ih + h @ W_hh^T + b_hh)``; ``x (N, I)``, ``h (N, H)``
-    (``None``: zeros)."""
+    (``None``: zeros). One step of the fused scan (``ops.rnn_scan`` over T = 1), so a cell is
+    a handful of operations, not one per gate (first-order, as the scans are)."""
     if nonlinearity not in _NONLIN:
         raise ValueError(f"rnn_cell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
     pre = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
-    if h is not None:
-        pre = pre + ops.matmul(h, ops.transpose(weight_hh))
-    return _NONLIN[nonlinearity](pre)
+    h0 = _zeros(pre, pre.shape) if h is None else h
+    return ops.rnn_scan(pre[None], weight_hh, h0, nonlinearity=nonlinearity, zero_h0=h is None)[0]
 
 
 def recurrent_layer(
@@ -407,23 +407,15 @@ def rnn(
     return _batch_layout(hs, batch_first), last
 
 
-def _lstm_step(gx, h, c, whh_t, hidden):
-    gates = gx if h is None else gx + ops.matmul(h, whh_t)
-    H = hidden
-    s = ops.sigmoid(gates)
-    i, f, o = s[:, :H], s[:, H : 2 * H], s[:, 3 * H :]
-    g = ops.tanh(gates[:, 2 * H : 3 * H])
-    c = i * g if c is None else f * c + i * g
-    h = o * ops.tanh(c)
-    return h, c
-
-
 def lstm_cell(x, state, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     """One LSTM step; ``state = (h, c)`` each ``(N, H)`` (``None``: zeros); gates stacked in
-    order i, f, g, o."""
-    h, c = (None, None) if state is None else state
+    order i, f, g, o. One step of the fused scan (``ops.lstm_scan`` over T = 1)."""
     gx = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
-    return _lstm_step(gx, h, c, ops.transpose(weight_hh), weight_hh.shape[1])
+    if state is None:
+        zeros = _zeros(gx, (gx.shape[0], weight_hh.shape[1]))
+        state = (zeros, zeros)
+    out = ops.lstm_scan(gx[None], weight_hh, *state)  # (2, 1, N, H)
+    return out[0, 0], out[1, 0]
 
 
 def lstm(
@@ -447,29 +439,13 @@ def lstm(
     return _batch_layout(hs, batch_first), last
 
 
-def _gru_step(gx, h, whh_t, bias_hh, hidden):
-    H = hidden
-    if h is not None:
-        gh = ops.matmul(h, whh_t)
-        if bias_hh is not None:
-            gh = gh + bias_hh
-    else:
-        gh = bias_hh  # zero state: only the (3H,) bias is left of the recurrent term
-    if gh is None:
-        rz = ops.sigmoid(gx[:, : 2 * H])
-        n = ops.tanh(gx[:, 2 * H :])
-    else:
-        rz = ops.sigmoid(gx[:, : 2 * H] + gh[..., : 2 * H])
-        n = ops.tanh(gx[:, 2 * H :] + rz[:, :H] * gh[..., 2 * H :])
-    z = rz[:, H:]
-    return n - z * n if h is None else n + z * (h - n)
-
-
 def gru_cell(x, h, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
     """One GRU step; gates stacked in order r, z, n; ``h' = (1 - z) * n + z * h`` (``h``
-    ``None``: zeros)."""
+    ``None``: zeros). One step of the fused scan (``ops.gru_scan`` over T = 1)."""
     gx = linear(x, weight_ih, bias_ih)
-    return _gru_step(gx, h, ops.transpose(weight_hh), bias_hh, weight_hh.shape[1])
+    h0 = _zeros(gx, (gx.shape[0], weight_hh.shape[1])) if h is None else h
+    bhh = _zeros(gx, (weight_hh.shape[0],)) if bias_hh is None else bias_hh
+    return ops.gru_scan(gx[None], weight_hh, bhh, h0)[0]
 
 
 def gru(
