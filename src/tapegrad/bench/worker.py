@@ -38,6 +38,33 @@ def _current_rss() -> int | None:
         return None
 
 
+def thread_cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user + system) each thread of this process has used so far (Linux
+    ``/proc``; empty elsewhere): which threads did the work shows whether a thread setting
+    took effect."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # pragma: no cover - not Linux
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def busy_threads(before: dict[int, float], after: dict[int, float], wall: float) -> list[float]:
+    """Per-thread CPU seconds spent between two :func:`thread_cpu_seconds` snapshots, largest
+    first, keeping the threads busy for at least 5% of ``wall``."""
+    spent = sorted((t - before.get(tid, 0.0) for tid, t in after.items()), reverse=True)
+    return [round(s, 3) for s in spent if s >= 0.05 * wall]
+
+
 def load_data(spec: dict) -> dict[str, np.ndarray]:
     """The exported train/test arrays, read fully into memory (every framework alike)."""
     return {
@@ -88,6 +115,8 @@ def run(framework: str, spec: dict) -> dict:
     epoch_seconds, epoch_losses, step_seconds = [], [], []
     first_loss = None
     done = 0
+    threads_before, cpu_before = thread_cpu_seconds(), time.process_time()
+    t_training = time.perf_counter()
     for epoch in range(1, epochs + 1):
         total, seen = 0.0, 0
         t_epoch = time.perf_counter()
@@ -106,6 +135,9 @@ def run(framework: str, spec: dict) -> dict:
                 break
         epoch_seconds.append(time.perf_counter() - t_epoch)
         epoch_losses.append(total / max(seen, 1))
+    training_seconds = time.perf_counter() - t_training
+    cpu_seconds = time.process_time() - cpu_before
+    threads = busy_threads(threads_before, thread_cpu_seconds(), training_seconds)
 
     t0 = time.perf_counter()
     test_loss, test_acc = runner.evaluate(arrays["test_x"], arrays["test_y"])
@@ -134,6 +166,9 @@ def run(framework: str, spec: dict) -> dict:
         "epoch_seconds": epoch_seconds,
         "step_seconds": step_seconds,
         "epoch_losses": epoch_losses,
+        "training_seconds": training_seconds,
+        "cpu_seconds": cpu_seconds,
+        "busy_thread_seconds": threads,
         "first_loss": first_loss,
         "final_loss": epoch_losses[-1],
         "test_loss": test_loss,
