@@ -69,6 +69,20 @@ def test_failures_name_the_peer_the_numbers_and_what_to_do():
     assert "more than 10%" in msg and "rerun on a quieter machine" in msg
 
 
+def test_a_failure_with_agreeing_cpu_times_blames_a_busy_machine():
+    # measured at load 7: wall +26%, CPU time per epoch within 10%
+    checks = {"torch": selfcheck.compare([3.596], [2.858], worker_cpu=[1.90], plain_cpu=[1.80])}
+    (msg,) = selfcheck.failures(checks, "epoch")
+    assert "+25.8%, more than 10%; CPU time +5.6%)" in msg
+    assert "their CPU time per epoch agrees (+5.6%)" in msg and "too busy to time" in msg
+
+
+def test_a_failure_with_differing_cpu_times_points_at_the_work():
+    checks = {"torch": selfcheck.compare([4.7], [2.9], worker_cpu=[4.7], plain_cpu=[2.9])}
+    (msg,) = selfcheck.failures(checks, "epoch")
+    assert "differs too (+62.1%)" in msg and "the bench is slowing torch" in msg
+
+
 def test_describe_shows_small_times_in_milliseconds():
     text = selfcheck.describe("torch", selfcheck.compare([0.0012], [0.0011]), "step")
     assert "1.20 ms per step" in text and "1.10 ms" in text and "+9.1%, within 10%" in text

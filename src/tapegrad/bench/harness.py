@@ -624,10 +624,16 @@ def _result(
     plain = {p: summarise_plain(runs[f"{p}-plain"], steps_mode) for p in plains}
     ratios = pair_ratios(runs, steps_mode)
     unit = "step" if steps_mode else "epoch"
+
+    def steady_cpu(name: str) -> list[float]:
+        return [] if steps_mode else [t for r in runs[name] for t in r["epoch_cpu_seconds"][1:]]
+
     checks = {
         p: selfcheck.compare(
             [t for r in runs[p] for t in steady_samples(r, steps_mode)],
             [t for r in runs[f"{p}-plain"] for t in steady_samples(r, steps_mode)],
+            worker_cpu=steady_cpu(p),
+            plain_cpu=steady_cpu(f"{p}-plain"),
         )
         for p in plains
     }

@@ -7,8 +7,9 @@ process) beside its JAX worker and fails when the two disagree by more than 10%.
 the file the bench writes (see ``plain_torch.py``). The loop is the textbook one: the model a
 function of a dict of parameters, one ``jax.jit`` of ``value_and_grad`` plus the optax update
 (parameters and optimiser state donated), NumPy batches gathered by index, the loss read back
-with ``float()``, each epoch timed with ``perf_counter``. XLA sizes its thread pool by the CPUs
-the process may use, so the bench sets the thread count through CPU affinity (as ``taskset``).
+with ``float()``, each epoch timed with ``perf_counter`` (and its CPU time taken with
+``process_time``). XLA sizes its thread pool by the CPUs the process may use, so the bench sets
+the thread count through CPU affinity (as ``taskset``).
 """
 
 import json
@@ -92,11 +93,10 @@ batch_size, steps = spec["batch_size"], spec.get("steps")
 batches_per_epoch = -(-len(X) // batch_size)
 epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
 
-epoch_seconds, step_seconds, losses, epoch_losses = [], [], [], []
-cpu = time.process_time()
+epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
 for epoch in range(1, epochs + 1):
     order = np.random.default_rng([spec["seed"], epoch]).permutation(len(X))
-    first_of_epoch, t_epoch = len(losses), time.perf_counter()
+    first_of_epoch, t_epoch, cpu_epoch = len(losses), time.perf_counter(), time.process_time()
     for i in range(0, len(X), batch_size):
         t_step = time.perf_counter()
         idx = order[i : i + batch_size]
@@ -106,18 +106,19 @@ for epoch in range(1, epochs + 1):
         if len(losses) == steps:
             break
     epoch_seconds.append(time.perf_counter() - t_epoch)
+    epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
     epoch_losses.append(float(np.mean(losses[first_of_epoch:])))
-cpu = time.process_time() - cpu
 
 print(
     json.dumps(
         {
             "framework": "jax-plain",
             "epoch_seconds": epoch_seconds,
+            "epoch_cpu_seconds": epoch_cpu_seconds,
             "step_seconds": step_seconds,
             "first_loss": losses[0],
             "final_loss": epoch_losses[-1],
-            "cpu_seconds": cpu,
+            "cpu_seconds": sum(epoch_cpu_seconds),
             "jax": jax.__version__,
         }
     )

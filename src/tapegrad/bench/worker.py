@@ -112,14 +112,14 @@ def run(framework: str, spec: dict) -> dict:
     epochs = -(-steps_limit // n_batches) if steps_limit else spec["epochs"]
     rss_before = _current_rss()
 
-    epoch_seconds, epoch_losses, step_seconds = [], [], []
+    epoch_seconds, epoch_cpu_seconds, epoch_losses, step_seconds = [], [], [], []
     first_loss = None
     done = 0
     threads_before, cpu_before = thread_cpu_seconds(), time.process_time()
     t_training = time.perf_counter()
     for epoch in range(1, epochs + 1):
         total, seen = 0.0, 0
-        t_epoch = time.perf_counter()
+        t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         for xb, yb in batches.epoch(epoch):
             t0 = time.perf_counter()
             loss = runner.step(xb, yb)
@@ -134,6 +134,7 @@ def run(framework: str, spec: dict) -> dict:
             if steps_limit and done >= steps_limit:
                 break
         epoch_seconds.append(time.perf_counter() - t_epoch)
+        epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
         epoch_losses.append(total / max(seen, 1))
     training_seconds = time.perf_counter() - t_training
     cpu_seconds = time.process_time() - cpu_before
@@ -164,6 +165,7 @@ def run(framework: str, spec: dict) -> dict:
         "batches_per_epoch": n_batches,
         "steps": done,
         "epoch_seconds": epoch_seconds,
+        "epoch_cpu_seconds": epoch_cpu_seconds,
         "step_seconds": step_seconds,
         "epoch_losses": epoch_losses,
         "training_seconds": training_seconds,
