@@ -181,6 +181,12 @@ def test_launch_pins_the_program_to_its_cpus():
     assert one["cpus"] == cpus[:1] and every["cpus"] == cpus
 
 
+def test_one_thread_moves_to_the_next_cpu_every_repeat(monkeypatch):
+    monkeypatch.setattr(harness, "available_cpus", lambda: [0, 1])
+    assert [harness.cpus_for(1, turn) for turn in range(3)] == [[0], [1], [0]]
+    assert harness.cpus_for(2, 0) == [0, 1] and sorted(harness.cpus_for(2, 1)) == [0, 1]
+
+
 def test_launch_reports_a_failing_program():
     argv = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
     with pytest.raises(harness.BenchError, match=r"the probe failed \(exit 3\):\nboom"):

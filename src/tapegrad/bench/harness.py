@@ -11,8 +11,9 @@ the frameworks agree (:func:`check_agreement`: a fast wrong answer can never win
 the table with the physical floor beside it (:mod:`tapegrad.bench.flops`).
 
 Every process starts with the same environment: the thread count in every BLAS/OpenMP/numba
-variable and XLA's flags (workers), the same CPU affinity (all usable CPUs, or the first N for
-N threads: XLA sizes its thread pool by the affinity, not by its flags), and glibc's malloc
+variable and XLA's flags (workers), the same CPU affinity (all usable CPUs, or N of them for
+N threads, moving on at every repeat: XLA sizes its thread pool by the affinity, not by its
+flags), and glibc's malloc
 told to keep the memory it frees (:data:`ALLOCATOR_ENV`). Without that last setting PyTorch,
 whose CPU tensors come straight from ``malloc``, runs at two speeds: glibc hands the top of
 its heap back to the kernel when a step's temporaries are freed (its trim threshold is
@@ -158,10 +159,14 @@ def thread_env(threads: int, allocator: str = "keep") -> dict[str, str]:
     return env
 
 
-def cpus_for(threads: int) -> list[int]:
-    """The CPUs a process of ``threads`` threads may use: the first ``threads`` usable ones
-    (all of them for the default, as a user's process)."""
-    return available_cpus()[:threads]
+def cpus_for(threads: int, turn: int = 0) -> list[int]:
+    """The CPUs a process of ``threads`` threads may use: all usable ones for all threads (as
+    a user's process), else ``threads`` consecutive ones starting further on at every
+    ``turn`` (the repeat), so every framework of a repeat runs on the same CPUs and no one CPU,
+    busier than the others with another job, weighs on every repeat."""
+    cpus = available_cpus()
+    start = (turn * threads) % len(cpus)
+    return [cpus[(start + i) % len(cpus)] for i in range(min(threads, len(cpus)))]
 
 
 # Sets the CPU affinity, then becomes the program (exec keeps the affinity): the program starts
@@ -192,14 +197,15 @@ def run_worker(
     spec_path: Path,
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
+    turn: int = 0,
 ) -> dict:
-    """Run one worker process limited to ``spec['threads']`` threads and as many CPUs; return
-    its JSON result."""
+    """Run one worker process limited to ``spec['threads']`` threads and as many CPUs
+    (:func:`cpus_for` the ``turn``); return its JSON result."""
     threads = int(spec["threads"])
     env = thread_env(threads, spec.get("allocator", "keep"))
     env.update(extra_env or {})
     argv = [sys.executable, "-m", "tapegrad.bench.worker", framework, str(spec_path)]
-    return launch(f"{framework} worker", argv, env, cpus_for(threads), timeout)
+    return launch(f"{framework} worker", argv, env, cpus_for(threads, turn), timeout)
 
 
 # -- preparing a workload ---------------------------------------------------------------------
@@ -542,7 +548,7 @@ def run_benchmarks(
             for t in settings:
                 spec_t = {**spec, "threads": t}
                 # the GEMM rate before every repeat, pooled: load on a shared machine comes and goes
-                gemm_rates[t] += run_worker("gemm", spec_t, paths[t, False])["samples"]
+                gemm_rates[t] += run_worker("gemm", spec_t, paths[t, False], turn=r)["samples"]
                 for name in order:
                     peer = name.removesuffix("-plain")
                     path = paths[t, perturb_peer and name in peers]
@@ -551,17 +557,17 @@ def run_benchmarks(
                             f"plain {peer} loop",
                             selfcheck.command(peer, path),
                             process_env(allocator),
-                            cpus_for(t),
+                            cpus_for(t, r),
                             None,
                         )
                         result["batches_per_epoch"] = n_batches
                         result["training_seconds"] = sum(result["epoch_seconds"])
                     elif name == "tapegrad":
-                        result = run_worker(name, spec_t, path, extra_env=kernel_cache)
+                        result = run_worker(name, spec_t, path, extra_env=kernel_cache, turn=r)
                         result["kernel_cache"] = "cold" if first else "warm"
                         first = False
                     else:
-                        result = run_worker(name, spec_t, path)
+                        result = run_worker(name, spec_t, path, turn=r)
                     runs[t][name].append(result)
                     times = result["step_seconds"] if steps_mode else result["epoch_seconds"]
                     log(

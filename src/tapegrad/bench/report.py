@@ -194,8 +194,8 @@ def method_lines(results: list[dict]) -> list[str]:
         "",
         "- *Threads*: the headline table of each workload uses every core, a user's default "
         "(each framework's own thread count, nothing pinned); the table below it limits every "
-        "process to one CPU (affinity, set before the program starts: XLA sizes its thread "
-        "pool by it and ignores thread flags) and one thread "
+        "process to one CPU (affinity, set before the program starts, the next CPU at every "
+        "repeat: XLA sizes its thread pool by it and ignores thread flags) and one thread "
         "(`OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS`, `torch.set_num_threads`, "
         "`numba.set_num_threads`). *cores busy / threads*: the process's CPU time over the "
         "wall time while it trained, and how many of its threads worked at least 5% of that "
