@@ -6,11 +6,12 @@
 - ``lstm``: one training step (forward, MSE loss, backward, SGD update) of a sine-wave model
   unrolled over ``T`` time steps: two LSTM cells (1 -> 51 -> 51 units) and a Linear(51, 1) read
   out at every step, batch 97, the shape of PyTorch's time-sequence-prediction example. tapegrad
-  runs ``nn.functional.lstm_cell`` (about 40 recorded operations per time step with the
-  read-out, ~40,000 a step at ``T = 999``); PyTorch runs it twice: with ``nn.LSTMCell`` (what
+  runs ``nn.functional.lstm_cell`` (39 recorded operations per time step with the read-out:
+  38,953 in a step's forward pass at ``T = 999``); PyTorch runs it twice: with ``nn.LSTMCell`` (what
   its users write; the gates are computed in C++) and with the cell's gates written out in the
   same operations as tapegrad's (the per-operation comparison). Each length in ``--lengths``
-  shows whether a step's time grows linearly with the graph.
+  shows whether a step's time grows linearly with the graph; tapegrad also runs with Python's
+  cyclic garbage collector paused during the step, to show what the collector costs.
 
 Every framework runs in this process, alternating within each round (A B C A B C ...), from the
 same weights and inputs; the report gives the median over rounds, the spread (min-max) and the
@@ -25,6 +26,7 @@ frees, as in ``tapegrad bench`` (see ``tapegrad/bench/harness.py``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -208,8 +210,23 @@ def make_torch_lstm(weights, x, y, written_out: bool):
     return step
 
 
+def gc_paused(step):
+    """``step`` with Python's cyclic garbage collector paused while it runs: how much of a long
+    eager step the collector's passes over the recorded graph cost (a diagnosis, not a mode)."""
+
+    def run():
+        gc.disable()
+        try:
+            return step()
+        finally:
+            gc.enable()
+
+    return run
+
+
 LSTM_RUNNERS = {
     "tapegrad": lambda w, x, y: make_tapegrad_lstm(w, x, y),
+    "tapegrad (gc paused)": lambda w, x, y: gc_paused(make_tapegrad_lstm(w, x, y)),
     "torch (nn.LSTMCell)": lambda w, x, y: make_torch_lstm(w, x, y, written_out=False),
     "torch (gates written out)": lambda w, x, y: make_torch_lstm(w, x, y, written_out=True),
 }
@@ -222,7 +239,7 @@ def lstm(lengths: list[int], rounds: int) -> dict:
 
         names = list(LSTM_RUNNERS)
     except ImportError:
-        names = ["tapegrad"]
+        names = [n for n in LSTM_RUNNERS if n.startswith("tapegrad")]
     weights = lstm_weights()
     out = {}
     for length in lengths:
@@ -288,18 +305,21 @@ def markdown(result: dict) -> str:
         table = result["lstm"]
         lengths = list(table)
         names = [n for n in table[lengths[0]] if n != "first_loss"]
+        peers = [n for n in names if not n.startswith("tapegrad")]
         lines += [
             "Long graph: one training step of an unrolled two-cell LSTM (1 -> 51 -> 51, "
             "read-out at every step, batch 97, SGD) over T time steps; seconds per step, "
             "median over rounds [min-max]; *per T* is the step's time over T (constant if the "
-            "cost is linear in the graph's length):",
+            "cost is linear in the graph's length); *gc paused*: the same tapegrad step with "
+            "Python's cyclic garbage collector paused, the share of the step its passes over "
+            "the recorded graph take:",
             "",
             "| T | "
             + " | ".join(names)
             + " | "
-            + " | ".join(f"tapegrad / {n}" for n in names[1:])
+            + " | ".join(f"tapegrad / {n}" for n in peers)
             + " | tapegrad per T |",
-            "|" + "---|" * (2 * len(names) + 1),
+            "|" + "---|" * (len(names) + len(peers) + 2),
         ]
         for length in lengths:
             row = table[length]
@@ -308,7 +328,7 @@ def markdown(result: dict) -> str:
                 f"{row[n]['median_s']:.3f} [{row[n]['min_s']:.3f}-{row[n]['max_s']:.3f}]"
                 for n in names
             ]
-            cells += [f"{tg_s / row[n]['median_s']:.2f}x" for n in names[1:]]
+            cells += [f"{tg_s / row[n]['median_s']:.2f}x" for n in peers]
             cells.append(f"{1e6 * tg_s / int(length):.0f} us")
             lines.append(f"| {length} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
