@@ -83,6 +83,14 @@ def test_a_failure_with_differing_cpu_times_points_at_the_work():
     assert "differs too (+62.1%)" in msg and "the bench is slowing torch" in msg
 
 
+def test_at_several_threads_cpu_times_do_not_decide():
+    # measured at two threads beside other jobs: spinning OpenMP threads burn CPU while waiting
+    checks = {"torch": selfcheck.compare([4.02], [1.54], worker_cpu=[4.1], plain_cpu=[1.5])}
+    (msg,) = selfcheck.failures(checks, "epoch", threads=2)
+    assert "at 2 threads it includes threads spinning" in msg
+    assert "cannot tell a busy machine from the bench slowing torch" in msg
+
+
 def test_describe_shows_small_times_in_milliseconds():
     text = selfcheck.describe("torch", selfcheck.compare([0.0012], [0.0011]), "step")
     assert "1.20 ms per step" in text and "1.10 ms" in text and "+9.1%, within 10%" in text

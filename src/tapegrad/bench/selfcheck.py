@@ -76,11 +76,18 @@ def describe(peer: str, check: dict, unit: str = "epoch") -> str:
     )
 
 
-def _diagnosis(peer: str, check: dict, unit: str) -> str:
+def _diagnosis(peer: str, check: dict, unit: str, threads: int | None) -> str:
     """What a failed check most likely means, from the CPU times where there are some."""
     cpu = check.get("cpu_ratio")
     if cpu is None:
         return f"a machine too busy to time, or the bench slowing {peer}"
+    if threads is not None and threads > 1:
+        return (
+            f"their CPU time per {unit} differs by {100 * (cpu - 1):+.1f}%, but at {threads} "
+            f"threads it includes threads spinning while they wait for one another, which "
+            f"another job holding a core prolongs, so it cannot tell a busy machine from the "
+            f"bench slowing {peer}"
+        )
     if abs(cpu - 1) <= check["tolerance"]:
         return (
             f"their CPU time per {unit} agrees ({100 * (cpu - 1):+.1f}%): the processes waited "
@@ -97,7 +104,7 @@ def failures(checks: dict[str, dict], unit: str = "epoch", threads: int | None =
     where = f" at {threads} thread(s)" if threads is not None else ""
     return [
         f"self-check failed{where}: {describe(peer, c, unit)}; the figures for {peer} do not "
-        f"show what its users' own loop gets ({_diagnosis(peer, c, unit)}): rerun "
+        f"show what its users' own loop gets ({_diagnosis(peer, c, unit, threads)}): rerun "
         f"on a quieter machine or with more --repeats"
         for peer, c in checks.items()
         if not c["passed"]
