@@ -191,6 +191,16 @@ def launch(
     return json.loads(lines[-1])
 
 
+# A worker's first statements: a peer framework is imported before anything of tapegrad, so
+# it loads its own libraries (PyTorch its OpenMP runtime) as in its users' processes.
+_BOOT = (
+    "import sys\n"
+    "if sys.argv[1] in ('torch', 'jax'): __import__(sys.argv[1])\n"
+    "from tapegrad.bench.worker import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
 def run_worker(
     framework: str,
     spec: dict,
@@ -204,7 +214,7 @@ def run_worker(
     threads = int(spec["threads"])
     env = thread_env(threads, spec.get("allocator", "keep"))
     env.update(extra_env or {})
-    argv = [sys.executable, "-m", "tapegrad.bench.worker", framework, str(spec_path)]
+    argv = [sys.executable, "-c", _BOOT, framework, str(spec_path)]
     return launch(f"{framework} worker", argv, env, cpus_for(threads, turn), timeout)
 
 

@@ -193,8 +193,11 @@ def gemm(spec: dict) -> dict:
 
 
 def pin_threads(threads: int) -> None:
-    """Pin this process's numerical libraries to ``threads`` threads (numba here; the
-    runners set their own framework's)."""
+    """Limit numba, tapegrad's kernel compiler, to ``threads`` threads. Only tapegrad's worker
+    calls it: starting numba's threading layer loads its OpenMP runtime into the process, and
+    a peer that then shares that runtime is not the peer its users run (PyTorch's two-thread
+    steps took about twice as long with numba's layer started first). The peers' runners set
+    their own framework's threads."""
     try:
         import numba
 
@@ -211,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     framework, spec_path = argv
     with open(spec_path) as f:
         spec = json.load(f)
-    pin_threads(int(spec["threads"]))
+    if framework == "tapegrad":
+        pin_threads(int(spec["threads"]))
     result = gemm(spec) if framework == "gemm" else run(framework, spec)
     result["pid"] = os.getpid()
     print(json.dumps(result))
