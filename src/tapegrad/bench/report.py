@@ -199,7 +199,10 @@ def method_lines(results: list[dict]) -> list[str]:
         "(`OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS`, `torch.set_num_threads`, "
         "`numba.set_num_threads`). *cores busy / threads*: the process's CPU time over the "
         "wall time while it trained, and how many of its threads worked at least 5% of that "
-        "time: the check that a setting took effect.",
+        "time: the check that a setting took effect. A peer's worker imports its framework "
+        "before anything of tapegrad and leaves numba's threads alone: starting numba's "
+        "OpenMP layer first made PyTorch share the system's OpenMP runtime instead of its own, "
+        "and its two-thread steps took about twice as long.",
         "- *Allocator*: "
         + (
             f"every process runs with glibc's malloc keeping the memory it frees "
