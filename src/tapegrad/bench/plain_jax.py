@@ -87,8 +87,8 @@ def train_step(params, opt_state, x, y):
 
 params = {k: jnp.asarray(v) for k, v in load_file(spec["weights"]).items()}
 opt_state = tx.init(params)
-X = np.load(spec["data"]["train_x"])
-Y = np.load(spec["data"]["train_y"]).astype(np.float32 if binary else np.int32)
+X = np.load(spec["data"]["train_x"], allow_pickle=False)
+Y = np.load(spec["data"]["train_y"], allow_pickle=False).astype(np.float32 if binary else np.int32)
 batch_size, steps = spec["batch_size"], spec.get("steps")
 batches_per_epoch = -(-len(X) // batch_size)
 epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]

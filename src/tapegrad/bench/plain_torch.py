@@ -102,8 +102,8 @@ if spec["task"] == "binary":
 else:
     loss_fn = nn.CrossEntropyLoss()
 
-X = torch.from_numpy(np.load(spec["data"]["train_x"]))
-Y = torch.from_numpy(np.load(spec["data"]["train_y"]))
+X = torch.from_numpy(np.load(spec["data"]["train_x"], allow_pickle=False))
+Y = torch.from_numpy(np.load(spec["data"]["train_y"], allow_pickle=False))
 if spec["task"] == "binary":
     Y = Y.float()
 batch_size, steps = spec["batch_size"], spec.get("steps")
