@@ -33,7 +33,7 @@ def _script(name: str):
 @pytest.mark.parametrize(
     "worker,plain,passed",
     [
-        ([1.0, 1.1, 1.05], [1.0, 0.99, 1.01], True),  # +5%
+        ([1.0, 1.1, 1.05], [1.0, 0.99, 1.01], True),  # +0%, +11%, +4%: median +4%
         ([1.09], [1.0], True),  # +9%: inside
         ([1.11], [1.0], False),  # +11%: outside
         ([0.91], [1.0], True),  # -9%
@@ -42,58 +42,76 @@ def _script(name: str):
     ],
 )
 def test_compare_applies_the_ten_percent_band(worker, plain, passed):
-    check = selfcheck.compare(worker, plain)
+    # one steady epoch per repeat
+    check = selfcheck.compare([[w] for w in worker], [[p] for p in plain])
     assert check["passed"] is passed
-    assert check["ratio"] == pytest.approx(check["worker"] / check["plain"])
+    assert check["ratios"] == pytest.approx([w / p for w, p in zip(worker, plain)])
     assert check["tolerance"] == 0.10
 
 
-def test_compare_uses_medians_so_one_outlier_does_not_decide():
-    check = selfcheck.compare([1.0, 1.02, 9.0], [1.0, 0.98, 1.01])
-    assert check["worker"] == 1.02 and check["plain"] == 1.0 and check["passed"]
+def test_compare_pairs_runs_of_the_same_repeat():
+    # measured at two threads: the machine's state moved both by 1.5x between repeats; pooled
+    # medians would compare a slow worker with a fast plain loop, adjacent runs agree
+    worker = [[0.209], [0.304], [0.312]]
+    plain = [[0.204], [0.200], [0.315]]
+    check = selfcheck.compare(worker, plain)
+    assert check["ratio"] == pytest.approx(0.209 / 0.204) and check["passed"]
+    assert check["worker"] / check["plain"] == pytest.approx(0.304 / 0.204)  # pooled: +49%
+
+
+def test_compare_takes_each_repeats_median_so_one_outlier_does_not_decide():
+    check = selfcheck.compare([[1.0, 1.02, 9.0]], [[1.0, 0.98, 1.01]])
+    assert check["ratio"] == pytest.approx(1.02) and check["passed"]
 
 
 def test_compare_refuses_empty_samples():
     with pytest.raises(ValueError, match="no steady times"):
-        selfcheck.compare([], [1.0])
+        selfcheck.compare([[]], [[1.0]])
 
 
 def test_failures_name_the_peer_the_numbers_and_what_to_do():
     checks = {
-        "torch": selfcheck.compare([4.7], [2.9]),
-        "jax": selfcheck.compare([1.0], [1.0]),
+        "torch": selfcheck.compare([[4.7], [4.9]], [[2.9], [3.0]]),
+        "jax": selfcheck.compare([[1.0]], [[1.0]]),
     }
     (msg,) = selfcheck.failures(checks, "epoch", threads=1)
     assert msg.startswith("self-check failed at 1 thread(s): torch:")
-    assert "4.700 s per epoch" in msg and "2.900 s" in msg and "+62.1%" in msg
-    assert "more than 10%" in msg and "rerun on a quieter machine" in msg
+    assert "4.800 s per epoch" in msg and "2.950 s" in msg
+    assert "+62.7% repeat by repeat, repeats +62% to +63%, more than 10%" in msg
+    assert "rerun on a quieter machine" in msg
 
 
 def test_a_failure_with_agreeing_cpu_times_blames_a_busy_machine():
     # measured at load 7: wall +26%, CPU time per epoch within 10%
-    checks = {"torch": selfcheck.compare([3.596], [2.858], worker_cpu=[1.90], plain_cpu=[1.80])}
+    checks = {
+        "torch": selfcheck.compare([[3.596]], [[2.858]], worker_cpu=[[1.90]], plain_cpu=[[1.80]])
+    }
     (msg,) = selfcheck.failures(checks, "epoch")
-    assert "+25.8%, more than 10%; CPU time +5.6%)" in msg
+    assert "+25.8% repeat by repeat, more than 10%; CPU time +5.6%)" in msg
     assert "their CPU time per epoch agrees (+5.6%)" in msg and "too busy to time" in msg
 
 
 def test_a_failure_with_differing_cpu_times_points_at_the_work():
-    checks = {"torch": selfcheck.compare([4.7], [2.9], worker_cpu=[4.7], plain_cpu=[2.9])}
+    checks = {"torch": selfcheck.compare([[4.7]], [[2.9]], worker_cpu=[[4.7]], plain_cpu=[[2.9]])}
     (msg,) = selfcheck.failures(checks, "epoch")
     assert "differs too (+62.1%)" in msg and "the bench is slowing torch" in msg
 
 
 def test_at_several_threads_cpu_times_do_not_decide():
     # measured at two threads beside other jobs: spinning OpenMP threads burn CPU while waiting
-    checks = {"torch": selfcheck.compare([4.02], [1.54], worker_cpu=[4.1], plain_cpu=[1.5])}
+    checks = {"torch": selfcheck.compare([[4.02]], [[1.54]], worker_cpu=[[4.1]], plain_cpu=[[1.5]])}
     (msg,) = selfcheck.failures(checks, "epoch", threads=2)
     assert "at 2 threads it includes threads spinning" in msg
     assert "cannot tell a busy machine from the bench slowing torch" in msg
 
 
 def test_describe_shows_small_times_in_milliseconds():
-    text = selfcheck.describe("torch", selfcheck.compare([0.0012], [0.0011]), "step")
-    assert "1.20 ms per step" in text and "1.10 ms" in text and "+9.1%, within 10%" in text
+    text = selfcheck.describe("torch", selfcheck.compare([[0.0012]], [[0.0011]]), "step")
+    assert (
+        "1.20 ms per step" in text
+        and "1.10 ms" in text
+        and "+9.1% repeat by repeat, within" in text
+    )
 
 
 # -- the plain loops are the peers' users' code, not tapegrad's ----------------------------------
@@ -233,7 +251,7 @@ def _result(threads: int, ratio_plain: float = 1.02, passed: bool = True) -> dic
         "cores_busy": 1.0,
         "busy_threads": 1,
     }
-    check = selfcheck.compare([ratio_plain], [1.0])
+    check = selfcheck.compare([[ratio_plain]], [[1.0]])
     return {
         "workload": "mlp",
         "frameworks": ["tapegrad", "torch"],
@@ -294,7 +312,9 @@ def test_report_puts_both_cores_first_then_one_thread():
 
 def test_report_flags_a_failed_self_check():
     text = report.workload_table(_result(2, ratio_plain=1.6, passed=False))
-    assert "Self-check **FAILED**: torch:" in text and "+60.0%, more than 10%" in text
+    assert (
+        "Self-check **FAILED**: torch:" in text and "+60.0% repeat by repeat, more than 10%" in text
+    )
 
 
 def test_report_reads_results_from_before_the_self_check():

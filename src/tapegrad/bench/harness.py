@@ -641,13 +641,16 @@ def _result(
     ratios = pair_ratios(runs, steps_mode)
     unit = "step" if steps_mode else "epoch"
 
-    def steady_cpu(name: str) -> list[float]:
-        return [] if steps_mode else [t for r in runs[name] for t in r["epoch_cpu_seconds"][1:]]
+    def steady(name: str) -> list[list[float]]:  # per repeat
+        return [steady_samples(r, steps_mode) for r in runs[name]]
+
+    def steady_cpu(name: str) -> list[list[float]]:
+        return [] if steps_mode else [r["epoch_cpu_seconds"][1:] for r in runs[name]]
 
     checks = {
         p: selfcheck.compare(
-            [t for r in runs[p] for t in steady_samples(r, steps_mode)],
-            [t for r in runs[f"{p}-plain"] for t in steady_samples(r, steps_mode)],
+            steady(p),
+            steady(f"{p}-plain"),
             worker_cpu=steady_cpu(p),
             plain_cpu=steady_cpu(f"{p}-plain"),
         )

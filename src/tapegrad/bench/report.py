@@ -223,8 +223,9 @@ def method_lines(results: list[dict]) -> list[str]:
         "(`src/tapegrad/bench/plain_torch.py`, `plain_jax.py`: short scripts written as the "
         "peer's users write a loop, importing nothing of tapegrad; the same data, weights, "
         "batch order, CPUs and allocator). The run fails (exit 6) if a worker's steady epoch "
-        f"(median over the repeats) is more than {100 * selfcheck.TOLERANCE:.0f}% off its plain "
-        "loop's; the plain loop's first loss must equal tapegrad's (the guard).",
+        "over its plain loop's, repeat by repeat (the two run one after the other), is more "
+        f"than {100 * selfcheck.TOLERANCE:.0f}% off 1 in the median; the plain loop's first "
+        "loss must equal tapegrad's (the guard).",
         "- *first epoch* is reported apart: it includes warm-up and compilation (numba kernels, "
         "XLA). tapegrad's kernels compile into a numba cache made for the run: its first "
         "run starts with that cache empty (*cold*, reported below each table), the later "

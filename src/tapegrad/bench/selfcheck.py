@@ -7,8 +7,9 @@ written as the peer's users write a training loop (:mod:`plain_torch <tapegrad.b
 :mod:`plain_jax <tapegrad.bench.plain_jax>`), in its own process, alternating with the workers,
 under the same CPU affinity and allocator setting, but with nothing of tapegrad imported and no
 thread variables beyond the peer's own call (``torch.set_num_threads``; XLA follows the
-affinity). :func:`compare` then sets the worker's steady epoch against the plain loop's: they
-must agree within :data:`TOLERANCE`, or the run fails with :data:`EXIT_SELF_CHECK`.
+affinity). :func:`compare` then sets the worker's steady epoch against the plain loop's, repeat by
+repeat: the median ratio must lie within :data:`TOLERANCE` of 1, or the run fails with
+:data:`EXIT_SELF_CHECK`.
 """
 
 from __future__ import annotations
@@ -33,31 +34,42 @@ def command(peer: str, spec_path: Path) -> list[str]:
     return [sys.executable, str(script(peer)), str(spec_path)]
 
 
+def _paired(worker: list[list[float]], plain: list[list[float]]) -> list[float]:
+    """Repeat by repeat, the worker's median over the plain loop's (the two ran one after the
+    other, so they saw the same state of the machine)."""
+    return [statistics.median(w) / statistics.median(p) for w, p in zip(worker, plain) if w and p]
+
+
 def compare(
-    worker: list[float],
-    plain: list[float],
+    worker: list[list[float]],
+    plain: list[list[float]],
     tolerance: float = TOLERANCE,
-    worker_cpu: list[float] | None = None,
-    plain_cpu: list[float] | None = None,
-) -> dict[str, float | bool]:
-    """The worker's steady times against the plain loop's (both pooled over repeats): the
-    medians, their ratio worker / plain, and whether it lies within ``1 +- tolerance``. The
-    verdict is on wall time, what a user waits for. With the steady epochs' CPU times too,
-    ``cpu_ratio`` says which way a failure points: CPU times that agree while wall times do not
-    mean a machine too busy to time (the processes waited for a core), not a slower loop."""
-    if not worker or not plain:
+    worker_cpu: list[list[float]] | None = None,
+    plain_cpu: list[list[float]] | None = None,
+) -> dict:
+    """The worker's steady times against the plain loop's, each given per repeat (a list of
+    steady times for every repeat). The verdict is on the median over repeats of the
+    repeat-by-repeat ratio worker / plain, within ``1 +- tolerance``: on a shared machine the
+    load drifts between repeats (two-thread runs here moved by 1.5x from one repeat to the
+    next, the worker and the plain loop together), so adjacent runs are what compare. Wall
+    time decides, what a user waits for; with the steady epochs' CPU times too, ``cpu_ratio``
+    (paired the same way) says which way a failure points: CPU times that agree while wall
+    times do not mean a machine too busy to time, not a slower loop."""
+    ratios = _paired(worker, plain)
+    if not ratios:
         raise ValueError("self-check: no steady times to compare (one epoch or one step only?)")
-    w, p = statistics.median(worker), statistics.median(plain)
-    ratio = w / p
+    ratio = statistics.median(ratios)
     out = {
-        "worker": w,
-        "plain": p,
+        "worker": statistics.median(t for r in worker for t in r),
+        "plain": statistics.median(t for r in plain for t in r),
         "ratio": ratio,
+        "ratios": ratios,
         "tolerance": tolerance,
         "passed": abs(ratio - 1) <= tolerance,
     }
-    if worker_cpu and plain_cpu:
-        out["cpu_ratio"] = statistics.median(worker_cpu) / statistics.median(plain_cpu)
+    cpu = _paired(worker_cpu or [], plain_cpu or [])
+    if cpu:
+        out["cpu_ratio"] = statistics.median(cpu)
     return out
 
 
@@ -69,10 +81,16 @@ def describe(peer: str, check: dict, unit: str = "epoch") -> str:
     """One line: the two medians, the difference, and the verdict."""
     verdict = "within" if check["passed"] else "more than"
     cpu = f"; CPU time {100 * (check['cpu_ratio'] - 1):+.1f}%" if "cpu_ratio" in check else ""
+    rs = check.get("ratios", [])
+    spread = (
+        f", repeats {100 * (min(rs) - 1):+.0f}% to {100 * (max(rs) - 1):+.0f}%"
+        if len(rs) > 1
+        else ""
+    )
     return (
         f"{peer}: the bench's worker {_seconds(check['worker'])} per {unit} against a plain "
-        f"{peer} loop's {_seconds(check['plain'])} ({100 * (check['ratio'] - 1):+.1f}%, "
-        f"{verdict} {100 * check['tolerance']:.0f}%{cpu})"
+        f"{peer} loop's {_seconds(check['plain'])} ({100 * (check['ratio'] - 1):+.1f}% repeat "
+        f"by repeat{spread}, {verdict} {100 * check['tolerance']:.0f}%{cpu})"
     )
 
 
