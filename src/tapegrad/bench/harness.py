@@ -20,7 +20,7 @@ its heap back to the kernel when a step's temporaries are freed (its trim thresh
 adjusted as the process runs), and in some processes, not others, the next step faults those
 pages in again. Measured on seed-cnn at one thread (``benchmarks/allocator.py``): 0 to 2,000
 page faults a step, 0 to 3.7 ms of kernel time on top of the same 3-4 ms of user time, so
-identical processes ran 1.0x to 1.9x the fastest one; with the setting every process runs at
+identical processes ran 1.0x to 2x the fastest one; with the setting every process runs at
 the fast speed. tapegrad's compiled steps allocate almost nothing, so it matters mostly to
 PyTorch (and to eager mode); every process gets it alike.
 """

@@ -212,12 +212,12 @@ def method_lines(results: list[dict]) -> list[str]:
             "every step and faulted in again in the next (seed-cnn, one thread: 0 to 2,000 "
             "page faults a step, 0 to 3.7 ms of kernel time on 3-4 ms of work; "
             "`python benchmarks/allocator.py` measures it), so identical "
-            "PyTorch processes ran 1.0x to 1.9x the fastest one's time. With the setting every "
+            "PyTorch processes ran 1.0x to 2x the fastest one's time. With the setting every "
             "process runs at the fast speed; `tapegrad bench --allocator system` measures "
             "without it."
             if allocators == {"keep"}
             else "glibc's malloc as configured (`--allocator system`): PyTorch's steady epoch "
-            "varies between processes by up to 1.9x (see `tapegrad/bench/harness.py`)."
+            "varies between processes by up to 2x (see `tapegrad/bench/harness.py`)."
         ),
         "- *Self-check*: beside each peer's worker runs that peer's plain training loop "
         "(`src/tapegrad/bench/plain_torch.py`, `plain_jax.py`: short scripts written as the "
