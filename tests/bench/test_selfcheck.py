@@ -391,3 +391,10 @@ def test_json_of_several_settings_round_trips_through_the_report(tmp_path):
     path.write_text(json.dumps(combined))
     again = json.loads(path.read_text())
     assert [r["threads"] for r in report.flatten([again])] == [2, 1]
+
+
+def test_micro_takes_one_thread_setting(capsys):
+    from tapegrad.cli import main
+
+    assert main(["bench", "micro", "--threads", "all,1"]) == 2
+    assert "bench micro runs one thread setting at a time" in capsys.readouterr().err
