@@ -22,7 +22,7 @@ scaling section that ``benchmarks/scaling.py`` writes is kept). ``--render-only`
 from the JSON already there; ``--skip`` leaves parts out (their sections are rendered from
 older JSON if there is some). Exits 1 if any command failed, a self-check included. Needs the
 datasets (``TAPEGRAD_DATA`` or ``--data-dir``) and the peers (``pip install -e '.[bench]'``).
-A full run takes a few hours on 2 cores.
+A full run takes about an hour on a quiet 2-core machine, longer on a busy one.
 """
 
 from __future__ import annotations

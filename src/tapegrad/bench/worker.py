@@ -10,8 +10,11 @@ Trainer's :class:`~tapegrad.train.measure.AllocationSampler` would sample in the
 epoch), so measuring never touches the timed epochs or the reported accuracy.
 
 ``FRAMEWORK`` is ``tapegrad``, ``torch``, ``jax`` or ``gemm`` (this machine's float32
-matrix-multiply rate, for the floor). Threads are pinned by the parent (CPU affinity and the
-BLAS/OpenMP environment) and again here through each framework's own setting.
+matrix-multiply rate, for the floor). Threads are set by the parent (CPU affinity and the
+BLAS/OpenMP environment) and again here through each framework's own setting (numba's for
+tapegrad only: a peer's process must not start numba's threading layer, see
+:func:`pin_threads`). Each run records its CPU time beside its wall time and which of its
+threads did work, the evidence that a thread setting took effect.
 """
 
 from __future__ import annotations
