@@ -5,9 +5,10 @@ or corrupt data, a bad model file or checkpoint, a resume with other settings) e
 one-line message on stderr and exit status 2, never a traceback; output targets are checked
 before any data loads. A diverged run exits with 3; a benchmark whose frameworks disagree
 (different first-step losses or accuracies) with 4; a run that trained but could not write an
-output where asked with 5 (each failure named, the weights saved elsewhere). SIGINT and SIGTERM
-stop training after the current step, write a mid-epoch checkpoint (with --checkpoint-dir) and
-print the command that resumes it; the exit status is then 130 or 143.
+output where asked with 5 (each failure named, the weights saved elsewhere); a benchmark whose
+self-check fails (a peer's worker more than 10% off that peer's plain training loop) with 6.
+SIGINT and SIGTERM stop training after the current step, write a mid-epoch checkpoint (with
+--checkpoint-dir) and print the command that resumes it; the exit status is then 130 or 143.
 """
 
 from __future__ import annotations
@@ -637,33 +638,49 @@ def cmd_bench(args) -> int:
         return _bench_micro(args)
     if args.ranks is not None:
         return _bench_ranks(args)
-    from .bench import BenchError, format_table, run_benchmark
+    from .bench import BenchError, format_table, run_benchmarks
+    from .bench.harness import parse_threads
+    from .bench.selfcheck import EXIT_SELF_CHECK
 
     peers = _split(args.vs, "torch,jax")
     try:
-        result = run_benchmark(
+        combined = run_benchmarks(
             args.workload,
             peers,
+            threads=parse_threads(args.threads),
             epochs=args.epochs,
             steps=args.steps,
             repeats=3 if args.repeats is None else args.repeats,
-            threads=args.threads,
             data_dir=args.data_dir,
             seed=args.seed,
             mode=args.mode,
+            batch_size=args.batch_size,
+            width=args.width,
+            self_check=not args.no_self_check,
+            allocator=args.allocator,
             perturb_peer=args.perturb_peer,
         )
     except BenchError as e:
         raise UserError(str(e)) from None
-    result["command"] = "tapegrad bench " + " ".join(args.argv)
-    print(format_table(result))
-    if args.json:
-        _write_json(args.json, result)
-    if not result["guard"]["passed"]:
+    command = "tapegrad bench " + " ".join(args.argv)
+    results = combined["results"]
+    for result in results:
+        result["command"] = command
+        print(format_table(result) + "\n")
+    if args.json:  # one thread setting: its result alone; several: all of them
+        _write_json(
+            args.json, results[0] if len(results) == 1 else {**combined, "command": command}
+        )
+    status = 0
+    for result in results:
+        for failure in result["self_check"]["failures"]:
+            print(f"tapegrad bench: {failure}", file=sys.stderr)
+            status = EXIT_SELF_CHECK
+    for result in results:
         for failure in result["guard"]["failures"]:
             print(f"tapegrad bench: frameworks disagree: {failure}", file=sys.stderr)
-        return EXIT_MISMATCH
-    return 0
+            status = EXIT_MISMATCH
+    return status
 
 
 def _bench_ranks(args) -> int:
@@ -705,6 +722,19 @@ def _write_json(path: str, result: dict) -> None:
     print(f"wrote {path}")
 
 
+def _micro_threads(text: str | None) -> int:
+    """``bench micro --threads N``: one setting (default 1); ``all`` is every usable CPU."""
+    from .bench.harness import BenchError, parse_threads
+
+    try:
+        settings = parse_threads(text or "1")
+    except BenchError as e:
+        raise UserError(str(e)) from None
+    if len(settings) != 1:
+        raise UserError(f"bench micro runs one thread setting at a time, got --threads {text}")
+    return settings[0]
+
+
 def _bench_micro(args) -> int:
     try:
         from .bench import micro
@@ -716,7 +746,7 @@ def _bench_micro(args) -> int:
             frameworks,
             repeats=7 if args.repeats is None else args.repeats,
             quick=args.quick,
-            threads=args.threads or 1,
+            threads=_micro_threads(args.threads),
         )
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -919,7 +949,30 @@ def build_parser() -> argparse.ArgumentParser:
     length.add_argument("--steps", type=int, help="optimiser steps per run instead of epochs")
     b.add_argument("--repeats", type=int, help="runs per framework (default 3; micro 7)")
     b.add_argument(
-        "--threads", type=int, help="threads for every framework (default: all CPUs; micro 1)"
+        "--threads",
+        help="threads for every framework: N, 'all' (the default: every usable CPU; micro 1), "
+        "or several separated by commas, measured alternately in one run (all,1)",
+    )
+    b.add_argument(
+        "--batch-size", type=int, help="batch size for every framework (default: the preset's)"
+    )
+    b.add_argument(
+        "--width",
+        type=int,
+        help="every hidden size this many times larger (seed-cnn and mlp; default 1)",
+    )
+    b.add_argument(
+        "--no-self-check",
+        action="store_true",
+        help="skip the peers' plain training loops (run beside the bench's workers, the run "
+        "fails with 6 when a worker is more than 10%% off its plain loop)",
+    )
+    b.add_argument(
+        "--allocator",
+        choices=("keep", "system"),
+        default="keep",
+        help="keep: every process's malloc keeps the memory it frees (the default, see "
+        "BENCHMARKS.md); system: malloc as configured",
     )
     b.add_argument("--json", help="write the full results as JSON here")
     b.add_argument("--data-dir", help="where the datasets are (else TAPEGRAD_DATA, the cache, ...)")

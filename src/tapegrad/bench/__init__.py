@@ -1,8 +1,9 @@
 """Benchmarks: the seed workloads trained by tapegrad, PyTorch and JAX side by side
-(:mod:`~tapegrad.bench.harness`, one worker process per framework and repeat), the physical
-floor (:mod:`~tapegrad.bench.flops`), and the gradient micro-benchmarks
-(:mod:`~tapegrad.bench.micro`). ``tapegrad bench WORKLOAD --vs torch,jax`` runs them; the peers
-are imported only inside their own worker processes, never by tapegrad itself.
+(:mod:`~tapegrad.bench.harness`, one worker process per framework and repeat, checked against
+the peers' plain training loops by :mod:`~tapegrad.bench.selfcheck`), the physical floor
+(:mod:`~tapegrad.bench.flops`), and the gradient micro-benchmarks (:mod:`~tapegrad.bench.micro`).
+``tapegrad bench WORKLOAD --vs torch,jax`` runs them; the peers are imported only inside their
+own processes, never by tapegrad itself.
 """
 
 from .flops import FlopCount, count_flops, gemm_rate
@@ -15,6 +16,7 @@ from .harness import (
     check_agreement,
     format_table,
     run_benchmark,
+    run_benchmarks,
 )
 
 __all__ = [
@@ -29,4 +31,5 @@ __all__ = [
     "format_table",
     "gemm_rate",
     "run_benchmark",
+    "run_benchmarks",
 ]

@@ -3,12 +3,26 @@
 The parent process (this module) builds the preset once with
 :func:`tapegrad.train.experiment.setup`, exports its initial weights (safetensors, via
 ``save_arrays``) and the dataset arrays (``.npy``) to a temporary folder, and starts one worker
-process per framework and repeat (:mod:`tapegrad.bench.worker`, started by a bootstrap that
-pins the CPUs before NumPy loads), alternating the
-frameworks A B C A B C ... so slow drift of a shared machine hits all alike. Each worker is
-pinned to the same CPUs and thread count. The parent then summarises, checks the frameworks
-agree (:func:`check_agreement`: a fast wrong answer can never win), and prints the table with
-the physical floor beside it (:mod:`tapegrad.bench.flops`).
+process per framework, thread setting and repeat (:mod:`tapegrad.bench.worker`), alternating
+them A B C A B C ... so slow drift of a shared machine hits all alike. Beside each peer's
+worker runs that peer's plain training loop (:mod:`tapegrad.bench.selfcheck`): the bench fails
+if its worker and the plain loop disagree by more than 10%. The parent then summarises, checks
+the frameworks agree (:func:`check_agreement`: a fast wrong answer can never win), and prints
+the table with the physical floor beside it (:mod:`tapegrad.bench.flops`).
+
+Every process starts with the same environment: the thread count in every BLAS/OpenMP/numba
+variable and XLA's flags (workers), the same CPU affinity (all usable CPUs, or N of them for
+N threads, moving on at every repeat: XLA sizes its thread pool by the affinity, not by its
+flags), and glibc's malloc
+told to keep the memory it frees (:data:`ALLOCATOR_ENV`). Without that last setting PyTorch,
+whose CPU tensors come straight from ``malloc``, runs at two speeds: glibc hands the top of
+its heap back to the kernel when a step's temporaries are freed (its trim threshold is
+adjusted as the process runs), and in some processes, not others, the next step faults those
+pages in again. Measured on seed-cnn at one thread (``benchmarks/allocator.py``): 0 to 2,000
+page faults a step, 0 to 3.7 ms of kernel time on top of the same 3-4 ms of user time, so
+identical processes ran 1.0x to 2x the fastest one; with the setting every process runs at
+the fast speed. tapegrad's compiled steps allocate almost nothing, so it matters mostly to
+PyTorch (and to eager mode); every process gets it alike.
 """
 
 from __future__ import annotations
@@ -26,11 +40,19 @@ from pathlib import Path
 import numpy as np
 
 from ..serialization import atomic_file
+from . import selfcheck
 from .flops import count_flops
 
 WORKLOADS = ("seed-cnn", "seed-rnn", "text-cnn", "mlp")
 PEERS = ("torch", "jax")
 EXIT_MISMATCH = 4
+# Workloads a wider variant exists for (``--width``): every hidden size times the width.
+WIDENABLE = ("seed-cnn", "mlp")
+
+# glibc's malloc keeps what it frees: no trimming of the heap's top, and blocks up to 1 GiB
+# come from the heap rather than from a fresh mmap (see the module docstring for why).
+ALLOCATOR_ENV = {"MALLOC_TRIM_THRESHOLD_": str(2**30), "MALLOC_MMAP_THRESHOLD_": str(2**30)}
+ALLOCATORS = ("keep", "system")
 
 # The correctness guard. Same weights and the same first batch: the first-step losses differ
 # only by float32 rounding in a different summation order.
@@ -89,10 +111,42 @@ def machine_info() -> dict:
     }
 
 
-def thread_env(threads: int) -> dict[str, str]:
-    """The environment of a worker pinned to ``threads`` threads: every BLAS/OpenMP variable,
-    numba's, and XLA's CPU flags (JAX reads them when it starts)."""
+def process_env(allocator: str = "keep") -> dict[str, str]:
+    """The environment every process of a benchmark starts with: this one, plus glibc's
+    allocator setting (``allocator="keep"``; ``"system"`` leaves malloc as it is)."""
+    if allocator not in ALLOCATORS:
+        raise BenchError(
+            f"unknown allocator setting {allocator!r}; choose {' or '.join(ALLOCATORS)}"
+        )
     env = dict(os.environ)
+    if allocator == "keep":
+        env.update(ALLOCATOR_ENV)
+    else:
+        for var in ALLOCATOR_ENV:
+            env.pop(var, None)
+    return env
+
+
+def keep_freed_memory() -> bool:
+    """Give this process the allocator setting of :data:`ALLOCATOR_ENV` now (``mallopt``),
+    for benchmarks that time frameworks in-process. False where glibc's malloc is not there."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    return bool(
+        mallopt(m_trim_threshold, int(ALLOCATOR_ENV["MALLOC_TRIM_THRESHOLD_"]))
+        and mallopt(m_mmap_threshold, int(ALLOCATOR_ENV["MALLOC_MMAP_THRESHOLD_"]))
+    )
+
+
+def thread_env(threads: int, allocator: str = "keep") -> dict[str, str]:
+    """The environment of a worker limited to ``threads`` threads: every BLAS/OpenMP variable,
+    numba's, and XLA's CPU flags (JAX reads them when it starts), on :func:`process_env`."""
+    env = process_env(allocator)
     for var in _THREAD_VARS:
         env[var] = str(threads)
     eigen = "false" if threads == 1 else "true"
@@ -105,11 +159,43 @@ def thread_env(threads: int) -> dict[str, str]:
     return env
 
 
-# The worker's first statements: pin the CPUs before NumPy (and its BLAS threads) load.
+def cpus_for(threads: int, turn: int = 0) -> list[int]:
+    """The CPUs a process of ``threads`` threads may use: all usable ones for all threads (as
+    a user's process), else ``threads`` consecutive ones starting further on at every
+    ``turn`` (the repeat), so every framework of a repeat runs on the same CPUs and no one CPU,
+    busier than the others with another job, weighs on every repeat."""
+    cpus = available_cpus()
+    start = (turn * threads) % len(cpus)
+    return [cpus[(start + i) % len(cpus)] for i in range(min(threads, len(cpus)))]
+
+
+# Sets the CPU affinity, then becomes the program (exec keeps the affinity): the program starts
+# on its CPUs, before any library sizes a thread pool.
+_PIN = (
+    "import os, sys; os.sched_setaffinity(0, map(int, sys.argv[1].split(','))); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def launch(
+    what: str, argv: list[str], env: dict[str, str], cpus: list[int], timeout: float | None
+) -> dict:
+    """Run ``argv`` under the CPU affinity ``cpus``; return the last JSON line it printed."""
+    if hasattr(os, "sched_setaffinity") and set(cpus) != set(available_cpus()):
+        argv = [sys.executable, "-c", _PIN, ",".join(map(str, cpus)), *argv]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise BenchError(f"the {what} failed (exit {proc.returncode}):\n{tail}")
+    return json.loads(lines[-1])
+
+
+# A worker's first statements: a peer framework is imported before anything of tapegrad, so
+# it loads its own libraries (PyTorch its OpenMP runtime) as in its users' processes.
 _BOOT = (
-    "import os, sys\n"
-    "cpus = [int(c) for c in os.environ['TAPEGRAD_BENCH_CPUS'].split(',')]\n"
-    "if hasattr(os, 'sched_setaffinity'): os.sched_setaffinity(0, cpus)\n"
+    "import sys\n"
+    "if sys.argv[1] in ('torch', 'jax'): __import__(sys.argv[1])\n"
     "from tapegrad.bench.worker import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
@@ -121,36 +207,39 @@ def run_worker(
     spec_path: Path,
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
+    turn: int = 0,
 ) -> dict:
-    """Run one worker process pinned to ``spec['threads']`` CPUs; return its JSON result."""
+    """Run one worker process limited to ``spec['threads']`` threads and as many CPUs
+    (:func:`cpus_for` the ``turn``); return its JSON result."""
     threads = int(spec["threads"])
-    env = thread_env(threads)
+    env = thread_env(threads, spec.get("allocator", "keep"))
     env.update(extra_env or {})
-    env["TAPEGRAD_BENCH_CPUS"] = ",".join(str(c) for c in available_cpus()[:threads])
-    proc = subprocess.run(
-        [sys.executable, "-c", _BOOT, framework, str(spec_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise BenchError(f"the {framework} worker failed (exit {proc.returncode}):\n{tail}")
-    return json.loads(lines[-1])
+    argv = [sys.executable, "-c", _BOOT, framework, str(spec_path)]
+    return launch(f"{framework} worker", argv, env, cpus_for(threads, turn), timeout)
 
 
 # -- preparing a workload ---------------------------------------------------------------------
-def prepare(workload: str, folder: Path, data_dir=None, seed: int = 0) -> tuple[dict, dict]:
-    """Build the preset, export its initial weights and data to ``folder``; return the
-    worker spec (minus run options) and facts about the workload (sizes, FLOPs)."""
+def prepare(
+    workload: str,
+    folder: Path,
+    data_dir=None,
+    seed: int = 0,
+    *,
+    batch_size: int | None = None,
+    width: int = 1,
+) -> tuple[dict, dict]:
+    """Build the preset (``width`` times wider where asked), export its initial weights and
+    data to ``folder``; return the worker spec (minus run options) and facts about the
+    workload (sizes, FLOPs). ``batch_size`` overrides the preset's."""
     from ..serialization import save_arrays
     from ..train.experiment import setup
+    from .tapegrad_runner import workload_model
 
     exp = setup(workload, data_dir=data_dir, seed=seed, log=None)
+    model = exp.model if width == 1 else workload_model(workload, seed, exp.config, width)
+    batch_size = batch_size or exp.preset.batch_size
     weights = folder / "initial.safetensors"
-    save_arrays(weights, exp.model.state_dict(), {"preset": workload, "seed": seed})
+    save_arrays(weights, model.state_dict(), {"preset": workload, "seed": seed})
     arrays = {
         "train_x": exp.data.train.x,
         "train_y": exp.data.train.y,
@@ -162,14 +251,15 @@ def prepare(workload: str, folder: Path, data_dir=None, seed: int = 0) -> tuple[
         paths[name] = str(folder / f"{name}.npy")
         with atomic_file(paths[name]) as f:
             np.save(f, np.ascontiguousarray(arr))
-    flops = count_flops(exp.model, exp.data.train.x[0])
+    flops = count_flops(model, exp.data.train.x[0])
     n_train = len(exp.data.train.y)
     spec = {
         "preset": workload,
         "task": exp.preset.task,
         "optimizer": exp.optimizer_name,
         "lr": exp.lr,
-        "batch_size": exp.preset.batch_size,
+        "batch_size": batch_size,
+        "width": width,
         "seed": seed,
         "config": exp.config,
         "weights": str(weights),
@@ -179,10 +269,11 @@ def prepare(workload: str, folder: Path, data_dir=None, seed: int = 0) -> tuple[
         "dataset": exp.dataset,
         "train_samples": n_train,
         "test_samples": len(exp.data.test.y),
-        "parameters": int(sum(p.data.size for p in exp.model.parameters())),
+        "parameters": int(sum(p.data.size for p in model.parameters())),
         "optimizer": exp.optimizer_name,
         "lr": exp.lr,
-        "batch_size": exp.preset.batch_size,
+        "batch_size": batch_size,
+        "width": width,
         "flops": {
             "per_sample_train": flops.train_flops_per_sample,
             "per_epoch_train": flops.per_epoch(n_train),
@@ -245,6 +336,36 @@ def summarise(runs: list[dict], steps_mode: bool) -> dict:
         "mode": runs[0]["mode"],
         "notes": runs[0]["notes"],
         "versions": runs[0]["versions"],
+        **thread_use(runs),
+    }
+
+
+def thread_use(runs: list[dict]) -> dict:
+    """How many cores a framework kept busy while training (its CPU time over the wall time,
+    median over runs) and how many of its threads did work (those busy for at least 5% of the
+    time): whether a thread setting took effect. Empty for runs that did not record it."""
+    out = {}
+    used = [r["cpu_seconds"] / r["training_seconds"] for r in runs if r.get("training_seconds")]
+    if used:
+        out["cores_busy"] = statistics.median(used)
+    busy = [len(r["busy_thread_seconds"]) for r in runs if r.get("busy_thread_seconds")]
+    if busy:
+        out["busy_threads"] = max(busy)
+    return out
+
+
+def summarise_plain(runs: list[dict], steps_mode: bool) -> dict:
+    """A plain loop's repeats pooled: first and steady times, losses, cores kept busy."""
+    return {
+        "first": _spread(
+            [r["step_seconds"][0] if steps_mode else r["epoch_seconds"][0] for r in runs]
+        ),
+        "steady": _spread([t for r in runs for t in steady_samples(r, steps_mode)]),
+        "first_loss": runs[0]["first_loss"],
+        "final_loss": statistics.median(r["final_loss"] for r in runs),
+        "mode": "plain loop",
+        "versions": {k: v for k, v in runs[0].items() if k in ("torch", "jax")},
+        **thread_use(runs),
     }
 
 
@@ -267,52 +388,78 @@ def pair_ratios(runs: dict[str, list[dict]], steps_mode: bool) -> dict:
     return out
 
 
+def loss_disagreement(a_name: str, a: float, b_name: str, b: float, rtol: float) -> str | None:
+    """A message if first-step losses ``a`` and ``b`` differ by more than ``rtol`` relative
+    (or either is NaN); None when they agree."""
+    rel = abs(a - b) / max(abs(a), abs(b), 1e-30)
+    if rel <= rtol:
+        return None
+    return (
+        f"first-step loss: {a_name} {a:.8g} vs {b_name} {b:.8g} (relative difference "
+        f"{rel:.2e} > {rtol:g}); from the same weights and batch they must agree "
+        f"to float32 rounding"
+    )
+
+
 def check_agreement(
-    summary: dict[str, dict], band_points: float, loss_rtol: float = LOSS_RTOL
+    summary: dict[str, dict],
+    band_points: float,
+    loss_rtol: float = LOSS_RTOL,
+    plain: dict[str, dict] | None = None,
 ) -> list[str]:
     """Every peer against tapegrad: first-step losses to ``loss_rtol`` relative, final test
-    accuracies within ``band_points`` percentage points. Returns the failures (empty: agree)."""
+    accuracies within ``band_points`` percentage points; every plain loop (``plain``, which
+    evaluates nothing) on its first-step loss. Returns the failures (empty: agree)."""
     failures = []
     base = summary["tapegrad"]
     for peer, s in summary.items():
         if peer == "tapegrad":
             continue
-        a, b = base["first_loss"], s["first_loss"]
-        rel = abs(a - b) / max(abs(a), abs(b), 1e-30)
-        if not rel <= loss_rtol:  # also catches NaN
-            failures.append(
-                f"first-step loss: tapegrad {a:.8g} vs {peer} {b:.8g} (relative difference "
-                f"{rel:.2e} > {loss_rtol:g}); from the same weights and batch they must agree "
-                f"to float32 rounding"
-            )
+        msg = loss_disagreement("tapegrad", base["first_loss"], peer, s["first_loss"], loss_rtol)
+        if msg:
+            failures.append(msg)
         pa, pb = 100 * base["test_accuracy"], 100 * s["test_accuracy"]
         if not abs(pa - pb) <= band_points:
             failures.append(
                 f"final test accuracy: tapegrad {pa:.2f}% vs {peer} {pb:.2f}% (difference "
                 f"{abs(pa - pb):.2f} points > the {band_points:g}-point band)"
             )
+    for peer, s in (plain or {}).items():
+        name = f"the plain {peer} loop"
+        msg = loss_disagreement("tapegrad", base["first_loss"], name, s["first_loss"], loss_rtol)
+        if msg:
+            failures.append(msg)
     return failures
 
 
 # -- the whole benchmark ------------------------------------------------------------------------
-def run_benchmark(
-    workload: str,
-    peers: list[str],
-    *,
-    epochs: int | None = None,
-    steps: int | None = None,
-    repeats: int = 3,
-    threads: int | None = None,
-    data_dir=None,
-    seed: int = 0,
-    mode: str = "eager",
-    perturb_peer: bool = False,
-    log=print,
-) -> dict:
-    """Run ``workload`` with tapegrad and ``peers``; return the full result (raise nothing for
-    a disagreement: the result's ``guard`` says whether the frameworks agreed)."""
-    from ..models import get_preset
+def parse_threads(text: str | int | None, cpus: int | None = None) -> list[int]:
+    """``--threads``: ``N``, ``all`` (the usable CPUs, the default), or several separated by
+    commas (``all,1``: both settings in one run, alternating)."""
+    cpus = cpus or len(available_cpus())
+    if text is None:
+        return [cpus]
+    if isinstance(text, int):
+        items = [text]
+    else:
+        items = []
+        for part in str(text).split(","):
+            part = part.strip()
+            if part == "all":
+                items.append(cpus)
+            elif part.isdigit():
+                items.append(int(part))
+            else:
+                raise BenchError(f"--threads takes numbers or 'all', separated by commas: {text!r}")
+    for t in items:
+        if not 1 <= t <= cpus:
+            raise BenchError(f"--threads must be in 1..{cpus} (usable CPUs), got {t}")
+    if len(set(items)) != len(items):
+        raise BenchError(f"--threads names a setting twice: {text!r}")
+    return items
 
+
+def _validate(workload, peers, epochs, steps, repeats, batch_size, width) -> None:
     if workload not in WORKLOADS:
         raise BenchError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
     unknown = [p for p in peers if p not in PEERS]
@@ -320,13 +467,19 @@ def run_benchmark(
         raise BenchError(f"unknown peer(s) {unknown}; choose from: {', '.join(PEERS)}")
     if epochs is not None and steps is not None:
         raise BenchError("give --epochs or --steps, not both")
-    for name, v in (("epochs", epochs), ("steps", steps), ("repeats", repeats)):
+    for name, v in (
+        ("epochs", epochs),
+        ("steps", steps),
+        ("repeats", repeats),
+        ("batch-size", batch_size),
+        ("width", width),
+    ):
         if v is not None and v < 1:
             raise BenchError(f"--{name} must be at least 1, got {v}")
-    cpus = available_cpus()
-    threads = threads or len(cpus)
-    if not 1 <= threads <= len(cpus):
-        raise BenchError(f"--threads must be in 1..{len(cpus)} (usable CPUs), got {threads}")
+    if width not in (None, 1) and workload not in WIDENABLE:
+        raise BenchError(
+            f"--width: {workload} has no wider variant; {' and '.join(WIDENABLE)} have"
+        )
     for peer in peers:
         try:
             __import__(peer)
@@ -334,47 +487,175 @@ def run_benchmark(
             raise BenchError(
                 f"{peer} is not installed; pip install 'tapegrad[bench]' installs the peers"
             ) from None
+
+
+def run_benchmark(workload: str, peers: list[str], *, threads=None, **options) -> dict:
+    """Run ``workload`` with tapegrad and ``peers`` at one thread setting (``threads``, default
+    all usable CPUs); return the full result (raise nothing for a disagreement: the result's
+    ``guard`` says whether the frameworks agreed, its ``self_check`` whether the bench's
+    workers matched the plain loops). Options as :func:`run_benchmarks`."""
+    settings = parse_threads(threads)
+    if len(settings) != 1:
+        raise BenchError("run_benchmark measures one thread setting; use run_benchmarks")
+    return run_benchmarks(workload, peers, threads=settings, **options)["results"][0]
+
+
+def run_benchmarks(
+    workload: str,
+    peers: list[str],
+    *,
+    threads: list[int] | None = None,
+    epochs: int | None = None,
+    steps: int | None = None,
+    repeats: int = 3,
+    data_dir=None,
+    seed: int = 0,
+    mode: str = "eager",
+    batch_size: int | None = None,
+    width: int | None = None,
+    self_check: bool = True,
+    allocator: str = "keep",
+    perturb_peer: bool = False,
+    log=print,
+) -> dict:
+    """Run ``workload`` with tapegrad and ``peers`` at each thread setting in ``threads``
+    (default: all usable CPUs), every repeat running every setting and framework in turn
+    (tapegrad, torch, torch's plain loop, jax, jax's plain loop; settings in the order given).
+    Returns ``{"workload", "threads", "results": [one result per setting]}``."""
+    from ..models import get_preset
+
+    _validate(workload, peers, epochs, steps, repeats, batch_size, width)
+    settings = threads or parse_threads(None)
+    process_env(allocator)  # validates the setting
     preset = get_preset(workload)
     steps_mode = steps is not None
     epochs = None if steps_mode else (epochs or preset.epochs)
     frameworks = ["tapegrad", *peers]
+    plains = [p for p in peers if self_check]
+    order = [x for fw in frameworks for x in ([fw, f"{fw}-plain"] if fw in plains else [fw])]
 
     with tempfile.TemporaryDirectory(prefix="tapegrad-bench-") as tmp:
         folder = Path(tmp)
         log(f"{workload}: exporting the initial weights and data ...")
-        spec, facts = prepare(workload, folder, data_dir, seed)
-        spec.update(threads=threads, epochs=epochs, steps=steps, mode=mode, alloc_samples=4)
-        spec_path = folder / "spec.json"
-        with atomic_file(spec_path) as f:
-            f.write(json.dumps(spec).encode())
-        perturbed = folder / "spec-perturbed.json"
-        with atomic_file(perturbed) as f:
-            f.write(json.dumps({**spec, "perturb": True}).encode())
-        runs: dict[str, list[dict]] = {f: [] for f in frameworks}
+        spec, facts = prepare(
+            workload, folder, data_dir, seed, batch_size=batch_size, width=width or 1
+        )
+        n_batches = -(-facts["train_samples"] // spec["batch_size"])
+        spec.update(epochs=epochs, steps=steps, mode=mode, alloc_samples=4, allocator=allocator)
+        paths = {}
+        for t in settings:
+            for perturb in (False, True):
+                paths[t, perturb] = folder / f"spec-{t}{'-perturbed' if perturb else ''}.json"
+                with atomic_file(paths[t, perturb]) as f:
+                    f.write(json.dumps({**spec, "threads": t, "perturb": perturb}).encode())
+        runs = {t: {name: [] for name in order} for t in settings}
+        gemm_rates: dict[int, list[float]] = {t: [] for t in settings}
         # tapegrad's numba kernels compile into a cache of their own here: the first run finds
         # it empty (cold: every kernel compiles), the later ones find it filled (warm)
         kernel_cache = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}
-        gemm_rates: list[float] = []
+        first = True
         for r in range(repeats):
-            # The GEMM rate before every repeat, pooled: load on a shared machine comes and goes
-            gemm_rates += run_worker("gemm", spec, spec_path)["samples"]
-            for fw in frameworks:
-                path = perturbed if (perturb_peer and fw != "tapegrad") else spec_path
-                if fw == "tapegrad":
-                    result = run_worker(fw, spec, path, extra_env=kernel_cache)
-                    result["kernel_cache"] = "cold" if r == 0 else "warm"
-                else:
-                    result = run_worker(fw, spec, path)
-                runs[fw].append(result)
-                t = result["step_seconds"] if steps_mode else result["epoch_seconds"]
-                log(
-                    f"  repeat {r + 1}/{repeats} {fw:<9} first {t[0]:.3f}s"
-                    + (f", then median {statistics.median(t[1:]):.3f}s" if len(t) > 1 else "")
-                    + f", test accuracy {100 * result['test_accuracy']:.2f}%"
-                )
+            for t in settings:
+                spec_t = {**spec, "threads": t}
+                # the GEMM rate before every repeat, pooled: load on a shared machine comes and goes
+                gemm_rates[t] += run_worker("gemm", spec_t, paths[t, False], turn=r)["samples"]
+                for name in order:
+                    peer = name.removesuffix("-plain")
+                    path = paths[t, perturb_peer and name in peers]
+                    if name.endswith("-plain"):
+                        result = launch(
+                            f"plain {peer} loop",
+                            selfcheck.command(peer, path),
+                            process_env(allocator),
+                            cpus_for(t, r),
+                            None,
+                        )
+                        result["batches_per_epoch"] = n_batches
+                        result["training_seconds"] = sum(result["epoch_seconds"])
+                    elif name == "tapegrad":
+                        result = run_worker(name, spec_t, path, extra_env=kernel_cache, turn=r)
+                        result["kernel_cache"] = "cold" if first else "warm"
+                        first = False
+                    else:
+                        result = run_worker(name, spec_t, path, turn=r)
+                    runs[t][name].append(result)
+                    times = result["step_seconds"] if steps_mode else result["epoch_seconds"]
+                    log(
+                        f"  repeat {r + 1}/{repeats} {t} thread(s) {name:<12} first "
+                        f"{times[0]:.3f}s"
+                        + (
+                            f", then median {statistics.median(times[1:]):.3f}s"
+                            if len(times) > 1
+                            else ""
+                        )
+                        + (
+                            f", test accuracy {100 * result['test_accuracy']:.2f}%"
+                            if "test_accuracy" in result
+                            else ""
+                        )
+                    )
 
-    summary = {fw: summarise(rs, steps_mode) for fw, rs in runs.items()}
+    results = [
+        _result(
+            workload,
+            frameworks,
+            plains,
+            runs[t],
+            gemm_rates[t],
+            facts,
+            threads=t,
+            epochs=epochs,
+            steps=steps,
+            repeats=repeats,
+            mode=mode,
+            seed=seed,
+            allocator=allocator,
+            perturb_peer=perturb_peer,
+        )
+        for t in settings
+    ]
+    return {"workload": workload, "threads": settings, "results": results}
+
+
+def _result(
+    workload,
+    frameworks,
+    plains,
+    runs,
+    gemm_rates,
+    facts,
+    *,
+    threads,
+    epochs,
+    steps,
+    repeats,
+    mode,
+    seed,
+    allocator,
+    perturb_peer,
+) -> dict:
+    """One thread setting's summary, ratios, guard and self-check."""
+    steps_mode = steps is not None
+    summary = {fw: summarise(runs[fw], steps_mode) for fw in frameworks}
+    plain = {p: summarise_plain(runs[f"{p}-plain"], steps_mode) for p in plains}
     ratios = pair_ratios(runs, steps_mode)
+    unit = "step" if steps_mode else "epoch"
+
+    def steady(name: str) -> list[list[float]]:  # per repeat
+        return [steady_samples(r, steps_mode) for r in runs[name]]
+
+    def steady_cpu(name: str) -> list[list[float]]:
+        return [] if steps_mode else [r["epoch_cpu_seconds"][1:] for r in runs[name]]
+
+    checks = {
+        p: selfcheck.compare(
+            steady(p),
+            steady(f"{p}-plain"),
+            worker_cpu=steady_cpu(p),
+            plain_cpu=steady_cpu(f"{p}-plain"),
+        )
+        for p in plains
+    }
     if not steps_mode:  # keep the JSON small: per-epoch step medians instead of every step
         for rs in runs.values():
             for r in rs:
@@ -384,30 +665,31 @@ def run_benchmark(
                 ]
     short = steps_mode and steps < runs["tapegrad"][0]["batches_per_epoch"]
     band = ACC_BAND_SHORT if short else ACC_BAND_FULL
-    failures = check_agreement(summary, band)
+    failures = check_agreement(summary, band, plain=plain)
     batch = facts["batch_size"]
-    per_epoch = facts["flops"]["per_epoch_train"]
     gemm = statistics.median(gemm_rates)
     floor = {
         "gemm_flops_per_second": gemm,
         "gemm_samples": len(gemm_rates),
-        "epoch_seconds": per_epoch / gemm,
+        "epoch_seconds": facts["flops"]["per_epoch_train"] / gemm,
         "step_seconds": facts["flops"]["per_sample_train"] * batch / gemm,
     }
     return {
         "workload": workload,
         "frameworks": frameworks,
-        "unit": "step" if steps_mode else "epoch",
+        "unit": unit,
         "epochs": epochs,
         "steps": steps,
         "repeats": repeats,
         "threads": threads,
         "mode": mode,
         "seed": seed,
+        "allocator": allocator,
         "facts": facts,
         "floor": floor,
         "machine": machine_info(),
         "summary": summary,
+        "plain": plain,
         "ratios": ratios,
         "guard": {
             "passed": not failures,
@@ -415,6 +697,11 @@ def run_benchmark(
             "loss_rtol": LOSS_RTOL,
             "accuracy_band_points": band,
             "perturbed_peers": perturb_peer,
+        },
+        "self_check": {
+            "passed": all(c["passed"] for c in checks.values()),
+            "checks": checks,
+            "failures": selfcheck.failures(checks, unit, threads),
         },
         "runs": runs,
     }
@@ -459,19 +746,32 @@ def first_epoch_note(result: dict) -> str | None:
     )
 
 
+def _cores(s: dict) -> str:
+    if "cores_busy" not in s:
+        return "n/a"
+    threads = f"/{s['busy_threads']}" if "busy_threads" in s else ""
+    return f"{s['cores_busy']:.2f}{threads}"
+
+
 def format_table(result: dict) -> str:
-    """The terminal table: one row per framework, ratios, the floor and the guard's verdict."""
+    """The terminal table: one row per framework and plain loop, ratios, the floor, the
+    guard's and the self-check's verdicts."""
     unit = result["unit"]
     head = (
-        f"{'framework':<10} {'first ' + unit:>14} {'steady ' + unit + ' median [min-max]':>34} "
-        f"{'peak RSS':>11} {'alloc/epoch':>12} {'loss':>8} {'test acc':>9}"
+        f"{'framework':<12} {'first ' + unit:>14} {'steady ' + unit + ' median [min-max]':>34} "
+        f"{'cores/thr':>9} {'peak RSS':>11} {'alloc/epoch':>12} {'loss':>8} {'test acc':>9}"
     )
-    lines = [head]
+    lines = [f"{result['workload']}, {result['threads']} thread(s):", head]
     for fw, s in result["summary"].items():
         lines.append(
-            f"{fw:<10} {_secs(s['first'], False):>14} {_secs(s['steady']):>34} "
-            f"{_mib(s['peak_rss']):>11} {_bytes(s['alloc_per_epoch']):>12} "
+            f"{fw:<12} {_secs(s['first'], False):>14} {_secs(s['steady']):>34} "
+            f"{_cores(s):>9} {_mib(s['peak_rss']):>11} {_bytes(s['alloc_per_epoch']):>12} "
             f"{s['final_loss']:>8.4f} {100 * s['test_accuracy']:>8.2f}%"
+        )
+    for peer, s in result.get("plain", {}).items():
+        lines.append(
+            f"{peer + ' plain':<12} {_secs(s['first'], False):>14} {_secs(s['steady']):>34} "
+            f"{_cores(s):>9} {'':>11} {'':>12} {s['final_loss']:>8.4f}"
         )
     for peer, r in result["ratios"].items():
         steady = r["steady"]
@@ -480,10 +780,12 @@ def format_table(result: dict) -> str:
             if steady
             else "steady n/a"
         )
+        name = f"{peer.removesuffix('-plain')}'s plain loop" if peer.endswith("-plain") else peer
         lines.append(
-            f"tapegrad / {peer}: {text}, first {unit} {r['first']['median']:.2f}x "
+            f"tapegrad / {name}: {text}, first {unit} {r['first']['median']:.2f}x "
             f"(time ratio, repeat by repeat; > 1 means tapegrad is slower)"
         )
+    lines.append("cores/thr: CPU time over wall time while training, and the threads that did work")
     note = first_epoch_note(result)
     if note:
         lines.append(note)
@@ -502,4 +804,11 @@ def format_table(result: dict) -> str:
         )
     else:
         lines.extend(f"guard FAILED: {f}" for f in g["failures"])
+    check = result.get("self_check")
+    if check and check["checks"]:
+        for peer, c in check["checks"].items():
+            verdict = "passed" if c["passed"] else "FAILED"
+            lines.append(f"self-check {verdict}: {selfcheck.describe(peer, c, unit)}")
+    elif check is not None:
+        lines.append("self-check: not run (no peer, or --no-self-check)")
     return "\n".join(lines)

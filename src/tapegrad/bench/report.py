@@ -1,9 +1,11 @@
 """BENCHMARKS.md from ``tapegrad bench --json`` results: tables and bar charts.
 
-:func:`markdown` renders the workload tables (per framework: first epoch, steady epoch median
-[min-max], steady step, peak RSS, allocation per epoch, loss, test accuracy, tapegrad's time
-ratio to it, and the floor) plus the micro-benchmark table; :func:`charts` draws the seed papers'
-three figures (time per epoch, memory per epoch, accuracy) as PNGs.
+:func:`markdown` renders the workload tables (per framework and plain loop: first epoch, steady
+epoch median [min-max], steady step, cores busy, peak RSS, allocation per epoch, loss, test
+accuracy, tapegrad's time ratio to it; then the floor, the guard and the self-check), one table
+per thread setting, the most threads first, plus the micro-benchmark table; :func:`charts` draws
+the seed papers' three figures (time per epoch, memory per epoch, accuracy) as PNGs from the
+headline setting.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..serialization import atomic_file
-from .harness import _bytes, first_epoch_note
+from . import selfcheck
+from .harness import ALLOCATOR_ENV, _bytes, first_epoch_note
 
 COLORS = {"tapegrad": "#d95f02", "torch": "#1b9e77", "jax": "#7570b3", "autograd": "#e7298a"}
 
@@ -38,31 +41,74 @@ def _ratio(r: dict | None) -> str:
     return f"{r['median']:.2f}x [{r['min']:.2f}-{r['max']:.2f}]"
 
 
-def workload_table(result: dict) -> str:
-    """One workload's markdown section: the table, the floor, the guard, the settings."""
+def flatten(results: list[dict]) -> list[dict]:
+    """Per-setting results from ``tapegrad bench --json`` files: a run of several thread
+    settings holds one result per setting under ``results``."""
+    out = []
+    for r in results:
+        out.extend(r["results"] if "results" in r else [r])
+    return out
+
+
+def by_workload(results: list[dict]) -> dict[str, list[dict]]:
+    """Results grouped by workload (first-seen order), each group the most threads first."""
+    groups: dict[str, list[dict]] = {}
+    for r in flatten(results):
+        groups.setdefault(r["workload"], []).append(r)
+    return {w: sorted(rs, key=lambda r: -r["threads"]) for w, rs in groups.items()}
+
+
+def headline(results: list[dict]) -> list[dict]:
+    """Each workload's result with the most threads (the user's default: every core)."""
+    return [rs[0] for rs in by_workload(results).values()]
+
+
+def threads_label(threads: int, cpus: int | None) -> str:
+    if cpus and threads == cpus:
+        return f"both cores ({threads} threads)" if threads == 2 else f"all {threads} cores"
+    return "one thread" if threads == 1 else f"{threads} threads"
+
+
+def _cores(s: dict) -> str:
+    if "cores_busy" not in s:
+        return "n/a"
+    return f"{s['cores_busy']:.2f}" + (f" / {s['busy_threads']}" if "busy_threads" in s else "")
+
+
+def workload_table(result: dict, title: str | None = None) -> str:
+    """One workload's table at one thread setting: rows, the floor, the guard, the
+    self-check, the settings."""
     unit = result["unit"]
     facts, floor = result["facts"], result["floor"]
-    lines = [
-        f"### {result['workload']}",
-        "",
-        f"{facts['dataset']}, {facts['train_samples']} training samples, {facts['parameters']} "
-        f"parameters, {facts['optimizer']} lr {facts['lr']:g}, batch {facts['batch_size']}, "
+    cpus = result.get("machine", {}).get("usable_cpus")
+    width = f", {facts['width']}x wider" if facts.get("width", 1) != 1 else ""
+    lines = [] if title == "" else [title or f"### {result['workload']}", ""]
+    lines += [
+        f"**{threads_label(result['threads'], cpus)}**: {facts['dataset']}, "
+        f"{facts['train_samples']} training samples, {facts['parameters']} parameters{width}, "
+        f"{facts['optimizer']} lr {facts['lr']:g}, batch {facts['batch_size']}, "
         + (f"{result['epochs']} epochs" if unit == "epoch" else f"{result['steps']} steps")
         + f", {result['repeats']} repeats, {result['threads']} thread(s).",
         "",
         f"| framework | first {unit} | steady {unit}: median [min - max] | steady step | "
-        "peak RSS (before training) | alloc/epoch | train loss | test acc | "
-        "tapegrad time / this |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "cores busy / threads | peak RSS (before training) | alloc/epoch | train loss | "
+        "test acc | tapegrad time / this |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for fw, s in result["summary"].items():
         ratio = "1" if fw == "tapegrad" else _ratio(result["ratios"][fw]["steady"])
         lines.append(
             f"| {fw} ({s['mode']}) | {_s(s['first']['median'])} | {_spread(s['steady'])} | "
-            f"{_s(s['steady_step']['median']) if s['steady_step'] else 'n/a'} | "
+            f"{_s(s['steady_step']['median']) if s['steady_step'] else 'n/a'} | {_cores(s)} | "
             f"{s['peak_rss'] / 2**20:.0f} MiB ({s['rss_before_training'] / 2**20:.0f}) | "
             f"{_bytes(s['alloc_per_epoch'])} | "
             f"{s['final_loss']:.4f} | {100 * s['test_accuracy']:.2f}% | {ratio} |"
+        )
+    for peer, s in result.get("plain", {}).items():
+        ratio = _ratio(result["ratios"].get(f"{peer}-plain", {}).get("steady"))
+        lines.append(
+            f"| {peer}, plain loop | {_s(s['first']['median'])} | {_spread(s['steady'])} | "
+            f"n/a | {_cores(s)} | n/a | n/a | {s['final_loss']:.4f} | n/a | {ratio} |"
         )
     key = "epoch_seconds" if unit == "epoch" else "step_seconds"
     tg = result["summary"]["tapegrad"]["steady"] or result["summary"]["tapegrad"]["first"]
@@ -82,11 +128,36 @@ def workload_table(result: dict) -> str:
         lines.append(
             f"Guard: passed (first-step losses agree within {g['loss_rtol']:g} relative: "
             + ", ".join(f"{fw} {s['first_loss']:.7f}" for fw, s in result["summary"].items())
+            + "".join(
+                f", {p}'s plain loop {s['first_loss']:.7f}"
+                for p, s in result.get("plain", {}).items()
+            )
             + f"; test accuracies within {g['accuracy_band_points']:g} points)."
         )
     else:
         lines += [f"**Guard FAILED**: {f}" for f in g["failures"]]
+    lines += ["", self_check_line(result)]
     return "\n".join(lines) + "\n"
+
+
+def self_check_line(result: dict) -> str:
+    """The self-check's verdict for one table."""
+    check = result.get("self_check")
+    if check is None:
+        return "Self-check: not recorded (a result from before the bench checked itself)."
+    if not check["checks"]:
+        return "Self-check: not run (no peer, or `--no-self-check`)."
+    verdict = "passed" if check["passed"] else "**FAILED**"
+    return (
+        f"Self-check {verdict}: "
+        + "; ".join(selfcheck.describe(p, c, result["unit"]) for p, c in check["checks"].items())
+        + "."
+    )
+
+
+def workload_section(results: list[dict]) -> str:
+    """A workload's tables, the most threads (the headline) first."""
+    return "\n".join(workload_table(r, None if i == 0 else "") for i, r in enumerate(results))
 
 
 def _methods(results: list[dict]) -> list[str]:
@@ -107,14 +178,92 @@ def versions(results: list[dict]) -> dict:
     return out
 
 
+def method_lines(results: list[dict]) -> list[str]:
+    """The "How it is measured" section (its body), for the runs in ``results``."""
+    settings = sorted({r["threads"] for r in results}, reverse=True)
+    gib = int(ALLOCATOR_ENV["MALLOC_TRIM_THRESHOLD_"]) // 2**30
+    allocators = {r.get("allocator", "system") for r in results}
+    return [
+        "Each framework trains the identical architecture from the **same initial weights** "
+        "(built by tapegrad's preset and exported as safetensors), with the same optimiser, "
+        "learning rate, batch size and **batch order** (`tapegrad.data.Batches(..., seed=0)`), "
+        "each in its own process. The processes alternate: every repeat runs every thread "
+        "setting (" + ", then ".join(f"{t} thread(s)" for t in settings) + ") and within it "
+        "tapegrad, torch, torch's plain loop, jax, jax's plain loop, so the drift of a shared "
+        "machine hits all alike.",
+        "",
+        "- *Threads*: the headline table of each workload uses every core, a user's default "
+        "(each framework's own thread count, nothing pinned); the table below it limits every "
+        "process to one CPU (affinity, set before the program starts, the next CPU at every "
+        "repeat: XLA sizes its thread pool by it and ignores thread flags) and one thread "
+        "(`OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS`, `torch.set_num_threads`, "
+        "`numba.set_num_threads`). *cores busy / threads*: the process's CPU time over the "
+        "wall time while it trained, and how many of its threads worked at least 5% of that "
+        "time: the check that a setting took effect. A peer's worker imports its framework "
+        "before anything of tapegrad and leaves numba's threads alone: starting numba's "
+        "OpenMP layer first made PyTorch share the system's OpenMP runtime instead of its own, "
+        "and its two-thread steps took about twice as long.",
+        "- *Allocator*: "
+        + (
+            f"every process runs with glibc's malloc keeping the memory it frees "
+            f"(`MALLOC_TRIM_THRESHOLD_` and `MALLOC_MMAP_THRESHOLD_` at {gib} GiB). PyTorch's "
+            "CPU tensors come straight from malloc; with glibc's defaults, in some processes "
+            "and not others, the top of the heap is handed back to the kernel at the end of "
+            "every step and faulted in again in the next (seed-cnn, one thread: 0 to 2,000 "
+            "page faults a step, 0 to 3.7 ms of kernel time on 3-4 ms of work; "
+            "`python benchmarks/allocator.py` measures it), so identical "
+            "PyTorch processes ran 1.0x to 2x the fastest one's time. With the setting every "
+            "process runs at the fast speed; `tapegrad bench --allocator system` measures "
+            "without it."
+            if allocators == {"keep"}
+            else "glibc's malloc as configured (`--allocator system`): PyTorch's steady epoch "
+            "varies between processes by up to 2x (see `tapegrad/bench/harness.py`)."
+        ),
+        "- *Self-check*: beside each peer's worker runs that peer's plain training loop "
+        "(`src/tapegrad/bench/plain_torch.py`, `plain_jax.py`: short scripts written as the "
+        "peer's users write a loop, importing nothing of tapegrad; the same data, weights, "
+        "batch order, CPUs and allocator). The run fails (exit 6) if a worker's steady epoch "
+        "over its plain loop's, repeat by repeat (the two run one after the other), is more "
+        f"than {100 * selfcheck.TOLERANCE:.0f}% off 1 in the median; the plain loop's first "
+        "loss must equal tapegrad's (the guard).",
+        "- *first epoch* is reported apart: it includes warm-up and compilation (numba kernels, "
+        "XLA). tapegrad's kernels compile into a numba cache made for the run: its first "
+        "run starts with that cache empty (*cold*, reported below each table), the later "
+        "ones find it filled (*warm*, the table's first epoch). *steady epoch* pools epochs 2.. "
+        "of all repeats. Times are the training loop only (batch gather, forward, backward, "
+        "update, loss read back).",
+        "- *tapegrad time / this*: tapegrad's steady epoch over the framework's (or plain "
+        "loop's), repeat by repeat (adjacent runs), median [min-max]; above 1 means tapegrad "
+        "is slower.",
+        "- *peak RSS*: the worker's maximum resident set (`VmHWM`: dataset, framework, training, "
+        "evaluation); in brackets its RSS just before the first step (imports and data). "
+        "*alloc/epoch*: the step's working memory (high-water mark of bytes "
+        "allocated during a step above what was live before it; median of 4 steps sampled "
+        "mid-epoch, measured after training) times the steps per epoch, the Trainer's "
+        "definition. Each framework's method:",
+        *_methods(results),
+        "- *Floor*: training FLOPs per epoch counted from the architecture "
+        "(`tapegrad/bench/flops.py`: conv/linear/recurrent multiply-adds, forward + weight "
+        "gradients + input gradients where needed, 2 FLOPs each) over this machine's float32 "
+        "GEMM rate (median of 9 `np.matmul` 2048x2048 before each repeat, pooled, under the "
+        "same threads).",
+        "- *Guard*: the run fails (exit 4) if a peer's first-step loss differs from tapegrad's "
+        "by more than 1e-5 relative, or its final test accuracy by more than 1.5 points.",
+    ]
+
+
 def markdown(
     results: list[dict],
     micro: dict | None = None,
     micro_markdown: str | None = None,
     commands: list[str] | None = None,
     notes: list[str] | None = None,
+    sections: list[str] | None = None,
 ) -> str:
-    """The whole BENCHMARKS.md."""
+    """The whole BENCHMARKS.md: ``results`` are ``tapegrad bench --json`` results (one thread
+    setting or several); ``sections`` are more Markdown sections placed after the
+    micro-benchmarks (eager mode, scaling)."""
+    results = flatten(results)
     m = results[0]["machine"]
     vers = {**versions(results), "python": m["python"]}
     mode = results[0].get("mode", "eager")
@@ -142,36 +291,7 @@ def markdown(
         "",
         "## How it is measured",
         "",
-        "Each framework trains the identical architecture from the **same initial weights** "
-        "(built by tapegrad's preset and exported as safetensors), with the same optimiser, "
-        "learning rate, batch size and **batch order** (`tapegrad.data.Batches(..., seed=0)`), "
-        "each in its own process, alternating tapegrad, torch, jax, tapegrad, ... for every "
-        "repeat. Every worker is pinned to the same CPUs (affinity) and thread count "
-        "(`OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS`, `torch.set_num_threads`, "
-        "`numba.set_num_threads`, `XLA_FLAGS`).",
-        "",
-        "- *first epoch* is reported apart: it includes warm-up and compilation (numba kernels, "
-        "XLA). tapegrad's kernels compile into a numba cache made for the run: its first "
-        "repeat starts with that cache empty (*cold*, reported below each table), the later "
-        "ones find it filled (*warm*, the table's first epoch). *steady epoch* pools epochs 2.. "
-        "of all repeats. Times are the training loop only (batch gather, forward, backward, "
-        "update, loss read back).",
-        "- *tapegrad time / this*: tapegrad's steady epoch over the framework's, repeat by "
-        "repeat (adjacent runs), median [min-max]; above 1 means tapegrad is slower.",
-        "- *peak RSS*: the worker's maximum resident set (`VmHWM`: dataset, framework, training, "
-        "evaluation); in brackets its RSS just before the first step (imports and data). "
-        "*alloc/epoch*: the step's working memory (high-water mark of bytes "
-        "allocated during a step above what was live before it; median of 4 steps sampled "
-        "mid-epoch, measured after training) times the steps per epoch, the Trainer's "
-        "definition. Each framework's method:",
-        *_methods(results),
-        "- *Floor*: training FLOPs per epoch counted from the architecture "
-        "(`tapegrad/bench/flops.py`: conv/linear/recurrent multiply-adds, forward + weight "
-        "gradients + input gradients where needed, 2 FLOPs each) over this machine's float32 "
-        "GEMM rate (median of 9 `np.matmul` 2048x2048 before each repeat, pooled, under the "
-        "same threads).",
-        "- *Guard*: the run fails (exit 4) if a peer's first-step loss differs from tapegrad's "
-        "by more than 1e-5 relative, or its final test accuracy by more than 1.5 points.",
+        *method_lines(results),
         "",
     ]
     for note in notes or []:
@@ -186,13 +306,15 @@ def markdown(
         "![test accuracy](benchmarks/figures/accuracy.png)",
         "",
     ]
-    for r in results:
-        lines.append(workload_table(r))
+    for group in by_workload(results).values():
+        lines.append(workload_section(group))
     lines += ["## Gradient micro-benchmarks", ""]
     if micro_markdown:
         lines.append(micro_markdown.strip())
     else:
         lines.append("Not run in this build: `tapegrad.bench.micro` is not available yet.")
+    for section in sections or []:
+        lines += ["", section.strip()]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -204,6 +326,7 @@ def charts(results: list[dict], folder: str | Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = headline(results)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     n = len(results)

@@ -6,12 +6,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import nn
 from ..models import build_model, get_preset
 from ..train import Trainer
 from ..train.experiment import make_optimizer
 from ..train.measure import traced_step
 
 MODES = ("compiled", "eager")
+
+
+def workload_model(preset: str, seed: int, config: dict, width: int = 1) -> nn.Module:
+    """The preset's model, or (``width`` > 1, seed-cnn and mlp) the same architecture with
+    every hidden size ``width`` times larger: the scaling table's wider models."""
+    if width == 1:
+        return build_model(preset, seed=seed, **config)
+    if preset == "mlp":
+        return build_model(preset, seed=seed, **{**config, "hidden": 128 * width})
+    if preset == "seed-cnn":
+        rng = np.random.default_rng(seed)
+        channels, hidden = 6 * width, 84 * width
+        return nn.Sequential(
+            nn.Reshape(1, 28, 28),
+            nn.Conv2d(1, channels, 3, bias=False, rng=rng),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(channels * 13 * 13, hidden, bias=False, rng=rng),
+            nn.ReLU(),
+            nn.Linear(hidden, 10, bias=False, rng=rng),
+        )
+    raise ValueError(f"tapegrad bench: no wider variant of {preset!r} (have seed-cnn and mlp)")
 
 
 class TapegradRunner:
@@ -21,7 +45,9 @@ class TapegradRunner:
             raise ValueError(f"tapegrad bench: mode {mode!r} is not available; have {MODES}")
         self.mode = mode
         preset = get_preset(spec["preset"])
-        self.model = build_model(preset, seed=spec["seed"], **spec.get("config", {}))
+        self.model = workload_model(
+            spec["preset"], spec["seed"], spec.get("config", {}), spec.get("width", 1)
+        )
         self.model.load_state_dict(weights)
         opt = make_optimizer(spec["optimizer"], self.model.parameters(), spec["lr"])
         self.trainer = Trainer(

@@ -42,16 +42,17 @@ class _SeedRNN(nn.Module):
 
 def build(preset: str, weights: dict[str, np.ndarray]) -> nn.Module:
     """The preset's architecture in PyTorch, shaped after the exported weights."""
-    if preset == "seed-cnn":
+    if preset == "seed-cnn":  # channels and hidden units from the weights (wider variants)
+        channels, hidden = weights["1.weight"].shape[0], weights["5.weight"].shape[0]
         return nn.Sequential(
             _Reshape(1, 28, 28),
-            nn.Conv2d(1, 6, 3, bias=False),
+            nn.Conv2d(1, channels, 3, bias=False),
             nn.ReLU(),
             nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(6 * 13 * 13, 84, bias=False),
+            nn.Linear(channels * 13 * 13, hidden, bias=False),
             nn.ReLU(),
-            nn.Linear(84, 10, bias=False),
+            nn.Linear(hidden, 10, bias=False),
         )
     if preset == "seed-rnn":
         return _SeedRNN()
@@ -67,7 +68,8 @@ def build(preset: str, weights: dict[str, np.ndarray]) -> nn.Module:
             nn.Linear(weights["6.weight"].shape[1], 1),
         )
     if preset == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+        hidden = weights["1.weight"].shape[0]
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 10))
     raise ValueError(f"torch runner: no architecture for preset {preset!r}")
 
 

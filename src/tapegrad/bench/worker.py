@@ -10,8 +10,11 @@ Trainer's :class:`~tapegrad.train.measure.AllocationSampler` would sample in the
 epoch), so measuring never touches the timed epochs or the reported accuracy.
 
 ``FRAMEWORK`` is ``tapegrad``, ``torch``, ``jax`` or ``gemm`` (this machine's float32
-matrix-multiply rate, for the floor). Threads are pinned by the parent (CPU affinity and the
-BLAS/OpenMP environment) and again here through each framework's own setting.
+matrix-multiply rate, for the floor). Threads are set by the parent (CPU affinity and the
+BLAS/OpenMP environment) and again here through each framework's own setting (numba's for
+tapegrad only: a peer's process must not start numba's threading layer, see
+:func:`pin_threads`). Each run records its CPU time beside its wall time and which of its
+threads did work, the evidence that a thread setting took effect.
 """
 
 from __future__ import annotations
@@ -36,6 +39,33 @@ def _current_rss() -> int | None:
         return int(psutil.Process().memory_info().rss)
     except Exception:  # pragma: no cover - psutil is a dependency
         return None
+
+
+def thread_cpu_seconds() -> dict[int, float]:
+    """CPU seconds (user + system) each thread of this process has used so far (Linux
+    ``/proc``; empty elsewhere): which threads did the work shows whether a thread setting
+    took effect."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # pragma: no cover - not Linux
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def busy_threads(before: dict[int, float], after: dict[int, float], wall: float) -> list[float]:
+    """Per-thread CPU seconds spent between two :func:`thread_cpu_seconds` snapshots, largest
+    first, keeping the threads busy for at least 5% of ``wall``."""
+    spent = sorted((t - before.get(tid, 0.0) for tid, t in after.items()), reverse=True)
+    return [round(s, 3) for s in spent if s >= 0.05 * wall]
 
 
 def load_data(spec: dict) -> dict[str, np.ndarray]:
@@ -85,12 +115,14 @@ def run(framework: str, spec: dict) -> dict:
     epochs = -(-steps_limit // n_batches) if steps_limit else spec["epochs"]
     rss_before = _current_rss()
 
-    epoch_seconds, epoch_losses, step_seconds = [], [], []
+    epoch_seconds, epoch_cpu_seconds, epoch_losses, step_seconds = [], [], [], []
     first_loss = None
     done = 0
+    threads_before, cpu_before = thread_cpu_seconds(), time.process_time()
+    t_training = time.perf_counter()
     for epoch in range(1, epochs + 1):
         total, seen = 0.0, 0
-        t_epoch = time.perf_counter()
+        t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         for xb, yb in batches.epoch(epoch):
             t0 = time.perf_counter()
             loss = runner.step(xb, yb)
@@ -105,7 +137,11 @@ def run(framework: str, spec: dict) -> dict:
             if steps_limit and done >= steps_limit:
                 break
         epoch_seconds.append(time.perf_counter() - t_epoch)
+        epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
         epoch_losses.append(total / max(seen, 1))
+    training_seconds = time.perf_counter() - t_training
+    cpu_seconds = time.process_time() - cpu_before
+    threads = busy_threads(threads_before, thread_cpu_seconds(), training_seconds)
 
     t0 = time.perf_counter()
     test_loss, test_acc = runner.evaluate(arrays["test_x"], arrays["test_y"])
@@ -132,8 +168,12 @@ def run(framework: str, spec: dict) -> dict:
         "batches_per_epoch": n_batches,
         "steps": done,
         "epoch_seconds": epoch_seconds,
+        "epoch_cpu_seconds": epoch_cpu_seconds,
         "step_seconds": step_seconds,
         "epoch_losses": epoch_losses,
+        "training_seconds": training_seconds,
+        "cpu_seconds": cpu_seconds,
+        "busy_thread_seconds": threads,
         "first_loss": first_loss,
         "final_loss": epoch_losses[-1],
         "test_loss": test_loss,
@@ -156,8 +196,11 @@ def gemm(spec: dict) -> dict:
 
 
 def pin_threads(threads: int) -> None:
-    """Pin this process's numerical libraries to ``threads`` threads (numba here; the
-    runners set their own framework's)."""
+    """Limit numba, tapegrad's kernel compiler, to ``threads`` threads. Only tapegrad's worker
+    calls it: starting numba's threading layer loads its OpenMP runtime into the process, and
+    a peer that then shares that runtime is not the peer its users run (PyTorch's two-thread
+    steps took about twice as long with numba's layer started first). The peers' runners set
+    their own framework's threads."""
     try:
         import numba
 
@@ -174,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     framework, spec_path = argv
     with open(spec_path) as f:
         spec = json.load(f)
-    pin_threads(int(spec["threads"]))
+    if framework == "tapegrad":
+        pin_threads(int(spec["threads"]))
     result = gemm(spec) if framework == "gemm" else run(framework, spec)
     result["pid"] = os.getpid()
     print(json.dumps(result))
