@@ -6,10 +6,11 @@
 - ``lstm``: one training step (forward, MSE loss, backward, SGD update) of a sine-wave model
   unrolled over ``T`` time steps: two LSTM cells (1 -> 51 -> 51 units) and a Linear(51, 1) read
   out at every step, batch 97, the shape of PyTorch's time-sequence-prediction example. tapegrad
-  runs ``nn.functional.lstm_cell`` (39 recorded operations per time step with the read-out:
-  38,953 in a step's forward pass at ``T = 999``); PyTorch runs it twice: with ``nn.LSTMCell`` (what
-  its users write; the gates are computed in C++) and with the cell's gates written out in the
-  same operations as tapegrad's (the per-operation comparison). Each length in ``--lengths``
+  runs ``nn.functional.lstm_cell`` (one step of the fused LSTM scan: 19 recorded operations per
+  time step with the read-out, 18,983 in a step's forward pass at ``T = 999``); PyTorch runs it
+  twice: with ``nn.LSTMCell`` (what its users write; the gates are computed in C++) and with the
+  cell's gates written out as separate operations (matmuls, sigmoid, tanh, slices: what the cell
+  costs a framework that records each of them). Each length in ``--lengths``
   shows whether a step's time grows linearly with the graph; tapegrad also runs with Python's
   cyclic garbage collector paused during the step, to show what the collector costs.
 
@@ -180,7 +181,7 @@ def make_torch_lstm(weights, x, y, written_out: bool):
     def cell(module, x, h, c):
         if not written_out:
             return module(x, (h, c))
-        # the gates in tapegrad's lstm_cell's operations
+        # the gates written out, one recorded operation each
         gates = torch.nn.functional.linear(x, module.weight_ih, module.bias_ih + module.bias_hh)
         gates = gates + h @ module.weight_hh.t()
         s = torch.sigmoid(gates)

@@ -3,11 +3,11 @@
     python benchmarks/profile_step.py seed-rnn [--steps 500] [--threads 1]
 
 Builds the preset's experiment (as ``tapegrad train`` does), traces its step, then wraps every
-forward kernel and every backward step of the plan with a timer and trains ``--steps`` steps.
-Prints microseconds per step for each, largest first, beside the whole step's time (the
-timers add about 0.3 us each). Forward entries are named by their primitive (``+`` joins a
-fused pair's first primitive, shown by its inputs); backward entries start with ``d``.
-Read the figures as shares: absolute times move with the machine's load.
+step of the plan's program (each equation's forward, forward and backward alike, each
+gradient sink, the optimiser's call) with a timer and trains ``--steps`` steps. Prints
+microseconds per step for each kind of step, named by its primitive and input shapes, largest
+first, beside the whole step's time (the timers add about 0.3 us each). Read the figures as
+shares: absolute times move with the machine's load.
 """
 
 from __future__ import annotations
@@ -51,43 +51,15 @@ spent: dict[str, float] = defaultdict(float)
 
 
 def timed(fn, name: str):
-    def run(*a):
+    def run():
         t0 = time.perf_counter()
-        out = fn(*a)
+        fn()
         spent[name] += time.perf_counter() - t0
-        return out
 
     return run
 
 
-def shapes(eq) -> str:
-    return ", ".join(
-        str(tuple(plan.vals[v].shape)) if kind == 0 and plan.vals[v] is not None else "."
-        for kind, v in eq.ins
-    )
-
-
-fwd_names = {id(low.fwd): (v, plan.eq_of[v]) for v, low in plan.lowered.items() if low.fwd}
-for k, fn in enumerate(plan.program):
-    if fn.__name__ == "backward":  # the scheduled backward pass: wrap each of its steps
-        cell = next(
-            c.cell_contents
-            for c in fn.__closure__
-            if isinstance(c.cell_contents, list)
-            and c.cell_contents
-            and all(callable(f) for f in c.cell_contents)
-        )
-        for j, s in enumerate(cell):
-            v = s.__defaults__[0] if s.__defaults__ else None
-            eq = plan.eq_of.get(v) if isinstance(v, int) else None
-            label = f"d{eq.prim.name}#{v} ({shapes(eq)})" if eq else f"leaf gradient #{j}"
-            cell[j] = timed(s, label)
-        plan.program[k] = timed(fn, "= backward pass, all of it")
-    elif id(fn) in fwd_names:
-        v, eq = fwd_names[id(fn)]
-        plan.program[k] = timed(fn, f"{eq.prim.name}#{v} ({shapes(eq)})")
-    else:
-        plan.program[k] = timed(fn, f"other #{k} ({getattr(fn, '__qualname__', '?')})")
+plan.program[:] = [timed(fn, name) for fn, name in zip(plan.program, plan.labels)]
 
 t0 = time.perf_counter()
 for i in range(args.steps):

@@ -579,13 +579,19 @@ class Plan:
         self.allocating: list[str] = []  # equations whose forward allocates (then copied)
         pool, blocks = _Pool(), {}
         program: list[Callable] = []
+        labels: list[str] = []  # what each step is, for profiles (benchmarks/profile_step.py)
+
+        def emit(step: Callable, label: str) -> None:
+            program.append(step)
+            labels.append(label)
+
         for i, e in enumerate(events):
             if isinstance(e, Eq):
                 ins = [self._array(r) for r in e.ins]
                 k = views.get(e.outs[0])
                 if k is not None and e.prim.effect:  # it writes into that input (tg.assign)
                     self.vals[e.outs[0]] = ins[k]
-                    program.append(functools.partial(e.prim.forward, *ins, **e.attrs))
+                    emit(functools.partial(e.prim.forward, *ins, **e.attrs), _label(e, ins))
                     self._release(dies, i, pool, blocks)
                     continue
                 if k is not None:  # a view of an input: taken once, here
@@ -601,11 +607,11 @@ class Plan:
                         self.vals[v] = _laid_out_like(
                             trace.values[v], buf.reshape(-1).view(np.uint8)
                         )
-                        program.append(functools.partial(_make_room, direct[v], buf))
+                        emit(functools.partial(_make_room, direct[v], buf), "gradient buffer")
                     else:
                         self.vals[v], blocks[v] = pool.take(trace.values[v])
                     outs.append(self.vals[v])
-                program.append(_bound(e, ins, outs))
+                emit(_bound(e, ins, outs), _label(e, ins))
                 if not e.prim.writes_out:
                     self.allocating.append(e.prim.name)
             elif isinstance(e, Sink):
@@ -613,15 +619,15 @@ class Plan:
                 if e.grad[0] == VAR and direct.get(e.grad[1]) is e.tensor:
                     buf = self.leaf_grads[id(e.tensor)]
                     assert _start(g) == _start(buf) and g.strides == buf.strides
-                    program.append(functools.partial(_deliver_in_place, e.tensor, buf))
+                    emit(functools.partial(_deliver_in_place, e.tensor, buf), "gradient sink")
                 else:
-                    program.append(self._sink(e.tensor, g))
+                    emit(self._sink(e.tensor, g), "gradient sink")
             elif isinstance(e, Reduce):
-                program.append(functools.partial(e.fn, self.vals[e.loss]))
+                emit(functools.partial(e.fn, self.vals[e.loss]), "reduction")
             else:
-                program.append(e.fn)
+                emit(e.fn, "call " + getattr(e.fn, "__qualname__", "?"))
             self._release(dies, i, pool, blocks)
-        self.program = program
+        self.program, self.labels = program, labels
         self.buffer_bytes = pool.allocated
         self.ext_arrays = list({id(t): (t, a) for t, a in self.ext_arrays}.values())
 
@@ -757,6 +763,11 @@ class Plan:
         for step in self.program:
             step()
         return _unflatten(self.out_spec, self)
+
+
+def _label(e: Eq, ins: list) -> str:
+    shapes = ", ".join(str(tuple(a.shape)) if hasattr(a, "shape") else repr(a) for a in ins)
+    return f"{e.prim.name}({shapes})"
 
 
 def _make_room(t: Tensor, buf: np.ndarray) -> None:

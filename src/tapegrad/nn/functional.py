@@ -408,13 +408,15 @@ def rnn(
 
 
 def lstm_cell(x, state, weight_ih, weight_hh, bias_ih=None, bias_hh=None):
-    """One LSTM step; ``state = (h, c)`` each ``(N, H)`` (``None``: zeros); gates stacked in
-    order i, f, g, o. One step of the fused scan (``ops.lstm_scan`` over T = 1)."""
+    """One LSTM step; ``state = (h, c)`` each ``(N, H)`` (``None``, or either of them
+    ``None``: zeros); gates stacked in order i, f, g, o. One step of the fused scan
+    (``ops.lstm_scan`` over T = 1)."""
     gx = linear(x, weight_ih, _bias_sum(bias_ih, bias_hh))
-    if state is None:
+    h, c = (None, None) if state is None else state
+    if h is None or c is None:
         zeros = _zeros(gx, (gx.shape[0], weight_hh.shape[1]))
-        state = (zeros, zeros)
-    out = ops.lstm_scan(gx[None], weight_hh, *state)  # (2, 1, N, H)
+        h, c = zeros if h is None else h, zeros if c is None else c
+    out = ops.lstm_scan(gx[None], weight_hh, h, c)  # (2, 1, N, H)
     return out[0, 0], out[1, 0]
 
 
