@@ -65,7 +65,7 @@ def test_fused_relu_max_pool_matches_reference(shape, kernel, stride):
     np.testing.assert_array_equal(arg[positive], arg_ref[positive])  # where gradients flow
     g = rng.normal(size=oshape).astype(np.float32)
     gx, gx_ref = np.full(shape, 7, np.float32), np.empty(shape, np.float32)
-    relu_max_pool_backward(g, out, arg, kernel[1], stride[0], stride[1], gx)
+    relu_max_pool_backward(g, out, arg, *kernel, *stride, gx)
     relu_max_pool_backward_reference(g, ref, arg_ref, kernel, stride, gx_ref)
     if all(s >= k for s, k in zip(stride, kernel)):
         np.testing.assert_array_equal(gx, gx_ref)

@@ -8,11 +8,9 @@ entry of such a window). Backward: add each output gradient at its window's posi
 output is positive. These are exactly the values the separate ReLU and max-pool rules give;
 the fused loop reads the input once instead of three times.
 
-The loops are serial on purpose. With numba's parallel loops (its OpenMP layer) beside
-OpenBLAS's own threads on this 2-core machine, the two thread pools spin against each other:
-a seed-cnn epoch took 6.9 s, against 1.64 s with serial kernels and BLAS threads (measured with
-``tapegrad train seed-cnn --max-steps 1200`` under each setting).
-Windows are (kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d pooling uses H = 1.
+Both run the max-pooling loops of ``kernels/pool.py`` (compiled per window geometry) with
+their ReLU flag set. Windows are (kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d
+pooling uses H = 1.
 
 Bias + ReLU: the epilogue of a Linear layer's GEMM (the product itself stays with BLAS, which
 no hand loop matches). Forward ``out = max(x + b, 0)`` in one pass instead of two; backward the
@@ -53,33 +51,16 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .pool import window_max
+    from .pool import window_kernels
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
-    def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg):  # pragma: no cover - compiled
-        oh, ow = out.shape[1], out.shape[2]
-        for m in range(x.shape[0]):
-            for i in range(oh):
-                for j in range(ow):
-                    best, bi = window_max(x, m, i * sh, j * sw, kh, kw, 1, 1)
-                    if best <= 0:  # relu(x) is 0 over the whole window: no gradient flows
-                        best = best - best  # +0.0 in x's type, as relu gives
-                        bi = 0
-                    out[m, i, j] = best
-                    arg[m, i, j] = bi
+    def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg) -> None:
+        """``relu(x)``'s window maxima over (M, H, W) planes and their offsets (see
+        :func:`~.pool.window_kernels`)."""
+        window_kernels(kh, kw, sh, sw, 1, 1)[0](x, out, arg, True)
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
-    def relu_max_pool_backward(g, out, arg, kw, sh, sw, gx):  # pragma: no cover - compiled
-        oh, ow = g.shape[1], g.shape[2]
-        for m in range(g.shape[0]):
-            for a in range(gx.shape[1]):
-                for b in range(gx.shape[2]):
-                    gx[m, a, b] = 0
-            for i in range(oh):
-                for j in range(ow):
-                    if out[m, i, j] > 0:
-                        q = arg[m, i, j]
-                        gx[m, i * sh + q // kw, j * sw + q % kw] += g[m, i, j]
+    def relu_max_pool_backward(g, out, arg, kh, kw, sh, sw, gx) -> None:
+        """``gx`` whole: each ``g`` at its window's offset where ``out > 0``, zeros elsewhere."""
+        window_kernels(kh, kw, sh, sw, 1, 1)[1](g, arg, out, gx, True)
 
     @numba.njit(cache=True, boundscheck=False, nogil=True)
     def bias_relu_forward(x, b, out):  # pragma: no cover - compiled
@@ -107,8 +88,7 @@ else:  # pragma: no cover
     def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg):
         relu_max_pool_forward_reference(x, (kh, kw), (sh, sw), out, arg)
 
-    def relu_max_pool_backward(g, out, arg, kw, sh, sw, gx):
-        kh = gx.shape[1] - (g.shape[1] - 1) * sh
+    def relu_max_pool_backward(g, out, arg, kh, kw, sh, sw, gx):
         relu_max_pool_backward_reference(g, out, arg, (kh, kw), (sh, sw), gx)
 
     bias_relu_forward = bias_relu_forward_reference

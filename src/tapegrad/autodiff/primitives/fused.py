@@ -123,7 +123,7 @@ def _relu_max_pool_backward_fwd(g, y, arg, x_shape, kernel, stride, out=None, ws
         kernels.relu_max_pool_backward(g, y, arg, x_shape, kernel, stride, gx)
         return gx
     k2, s2 = _2d(kernel, stride)
-    relu_max_pool_backward(_planes(g), _planes(y), _planes(arg), k2[1], s2[0], s2[1], _planes(gx))
+    relu_max_pool_backward(_planes(g), _planes(y), _planes(arg), *k2, *s2, _planes(gx))
     return gx
 
 
