@@ -74,6 +74,22 @@ def test_only_requested_gradients_are_written():
     np.testing.assert_allclose(gx, ref, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("xs,ws", [((3, 20, 40), (4, 20, 3)), ((1, 7, 5), (2, 7, 5))])
+def test_channels_last_conv1d_forward_one_gemm_matches_reference(xs, ws, dt):
+    """A channels-last input takes the one-GEMM forward; a contiguous one the per-tap matmuls;
+    both equal the direct definition."""
+    rng = np.random.default_rng(3)
+    x, w, b = _make(rng, xs, ws, True, True, dt)
+    assert nn_prims._rows(x, ((0, 0),)) and not nn_prims._rows(np.ascontiguousarray(x), ((0, 0),))
+    geo = dict(stride=(1,), padding=((0, 0),), dilation=(1,), groups=1)
+    ref = nn_prims._conv_reference(x, w, b, **geo)
+    for arr in (x, np.ascontiguousarray(x)):
+        np.testing.assert_allclose(nn_prims._conv_fwd(arr, w, b, **geo)[0], ref, **TOL[dt])
+        y = tg.nn.functional.conv1d(tg.tensor(arr), tg.tensor(w), tg.tensor(b))
+        np.testing.assert_allclose(y.numpy(), ref, **TOL[dt])
+
+
 def _text_step(seed=0, l_in=40, c=20, o=4, pool=4, dt=np.float32):
     """conv1d over a permuted (channels-last) input -> relu -> pool -> loss, the text-CNN
     pattern, on tensors; returns the function and its tensors."""

@@ -8,6 +8,8 @@ from tapegrad.autodiff.kernels import (
     add_channel_bias_reference,
     add_into,
     add_into_reference,
+    add_taps,
+    add_taps_reference,
 )
 
 
@@ -33,6 +35,20 @@ def test_add_into_strided_window_matches_reference(width):
         add_into(base[:, :, k : k + 9], src)
         add_into_reference(base_ref[:, :, k : k + 9], src)
     np.testing.assert_array_equal(base, base_ref)
+
+
+@pytest.mark.parametrize("n,o,k,length", [(1, 1, 1, 1), (3, 4, 3, 9), (2, 8, 5, 17)])
+def test_add_taps_matches_reference_bit_for_bit(n, o, k, length):
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(k * o, n * (length + k - 1))).astype(np.float32)
+    out, ref = np.full((n, o, length), 9, np.float32), np.empty((n, o, length), np.float32)
+    add_taps(z, out)
+    add_taps_reference(z, ref)
+    np.testing.assert_array_equal(out, ref)
+    # the definition, one entry: out[n, o, l] = sum_k z[k * O + o, n * L + l + k]
+    width = length + k - 1
+    want = sum(z[t * o + o - 1, (n - 1) * width + length - 1 + t] for t in range(k))
+    np.testing.assert_allclose(out[n - 1, o - 1, length - 1], want, rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ from .bias import (  # noqa: F401
     add_channel_bias_reference,
     add_into,
     add_into_reference,
+    add_taps,
+    add_taps_reference,
 )
 from .fused import (  # noqa: F401
     relu_max_pool_backward,

@@ -11,6 +11,11 @@ compiled loop allocates nothing, which is what compiled plans need. Results are 
 ``add_into``: ``dst += src`` for 3-d arrays where ``dst`` is a strided window of a larger
 buffer (the input gradient of a convolution, one kernel tap at a time): NumPy buffers both
 operands of such an in-place add (64 KiB per call).
+
+``add_taps``: ``out[n, o, l] = sum_k z[k * O + o, n * L + l + k]``, the last step of a 1-d
+convolution over a channels-last input computed as one GEMM for the whole batch (``z`` holds
+every kernel tap's product at every input position; see ``primitives/conv.py``). Taps are added
+in order k = 0, 1, ..., each a contiguous run of ``z``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,14 @@ def add_channel_bias_reference(x: np.ndarray, b: np.ndarray, out: np.ndarray) ->
 
 def add_into_reference(dst: np.ndarray, src: np.ndarray) -> None:
     np.add(dst, src, out=dst)
+
+
+def add_taps_reference(z: np.ndarray, out: np.ndarray) -> None:
+    n, o, length = out.shape
+    taps = z.reshape(z.shape[0] // o, o, n, -1)
+    np.copyto(out, taps[0, :, :, :length].transpose(1, 0, 2))
+    for k in range(1, taps.shape[0]):
+        np.add(out, taps[k, :, :, k : k + length].transpose(1, 0, 2), out=out)
 
 
 try:
@@ -58,8 +71,30 @@ if numba is not None:
                 for r in range(dst.shape[2]):
                     dst[p, q, r] += src[p, q, r]
 
+    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    def _add_taps(z, out):  # pragma: no cover - compiled
+        n_, o_, length = out.shape
+        width = z.shape[1] // n_
+        for n in range(n_):
+            for o in range(o_):
+                dst = out[n, o]
+                src = z[o, n * width : n * width + length]
+                for r in range(length):
+                    dst[r] = src[r]
+                for k in range(1, z.shape[0] // o_):
+                    src = z[k * o_ + o, n * width + k : n * width + k + length]
+                    for r in range(length):
+                        dst[r] += src[r]
+
+    def add_taps(z: np.ndarray, out: np.ndarray) -> None:
+        """``out[n, o, l] = sum_k z[k * O + o, n * L + l + k]`` for ``z`` (K * O, N * L) and
+        ``out`` (N, O, L') with L' <= L - K + 1."""
+        _add_taps(z, out)
+
 else:  # pragma: no cover
     add_channel_bias = add_channel_bias_reference
 
     def add_into(dst, src):
         np.add(dst, src, out=dst)
+
+    add_taps = add_taps_reference

@@ -18,8 +18,10 @@ How the forward computes: im2col through a strided view of the padded input (one
 output position, kernel offsets ``dilation`` apart) copied into ``cols`` (N, C*prod(K),
 prod(out)), then one batched matmul per group with the flattened weight; ``cols`` is saved for
 the weight gradient. 1-d convolution at stride 1 without dilation or groups skips im2col: one
-matmul per kernel tap on shifted views. The input gradient is ``W^T @ g`` folded back (col2im) by
-adding strided slices, one per kernel offset. The bias is added in place.
+matmul per kernel tap on shifted views, or, for a channels-last input, one GEMM of every tap
+with every input row whose products are then added at their shifts. The input gradient is
+``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. The bias is
+added in place.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 
 from ..backend import as_strided, cuda_kernels, is_array, xp_of
 from ..errors import DTypeError, ShapeError
-from ..kernels import add_channel_bias, add_into
+from ..kernels import add_channel_bias, add_into, add_taps
 from . import samples as S
 from .registry import Sample, differentiating, primitive, run, scratch
 
@@ -91,6 +93,19 @@ def _shifted(x, stride, dilation, groups) -> bool:
     return x.ndim == 3 and stride == (1,) and dilation == (1,) and groups == 1
 
 
+def _rows(x, padding) -> bool:
+    """x (N, C, L) is a CPU view of a contiguous (N, L, C) array (the text CNN's permuted
+    embedding output) and unpadded: its (N * L, C) rows are one GEMM operand. Measured on the
+    text-CNN shape (64, 50, 130) * (8, 50, 3), forward: 354 us per-tap, 206 us (1 thread) /
+    131 us (2 threads) as one GEMM plus ``add_taps``."""
+    return (
+        type(x) is np.ndarray
+        and x.shape[1] > 1
+        and x.transpose(0, 2, 1).flags.c_contiguous
+        and not any(lo or hi for lo, hi in padding)
+    )
+
+
 def _taps(w: np.ndarray, ws) -> np.ndarray:
     """Contiguous copies of the weight's taps (K, O, C): BLAS operands without a per-call copy
     inside matmul (the weight is updated in place, so they are refreshed every call)."""
@@ -135,7 +150,18 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
     (N, C*prod(K), prod(out)) otherwise, or nothing (1-d, stride 1, unpadded: x itself)."""
     res, saved = (None, None) if out is None else (out[0], out[1] if len(out) > 1 else None)
     n, o = x.shape[0], w.shape[0]
-    if _shifted(x, stride, dilation, groups):
+    if _shifted(x, stride, dilation, groups) and _rows(x, padding):
+        # channels-last input: every tap's product at every position in one GEMM, then the
+        # taps added at their shifts (both cores work on one large product, not N small ones)
+        k, length = w.shape[2], x.shape[2] - w.shape[2] + 1
+        wk = _taps(w, ws).reshape(k * o, x.shape[1])
+        z = scratch(ws, "z", (k * o, n * x.shape[2]), x.dtype, like=x)
+        np.matmul(wk, x.transpose(0, 2, 1).reshape(-1, x.shape[1]).T, out=z)
+        if res is None:
+            res = np.empty((n, o, length), x.dtype)
+        add_taps(z, res)
+        kept = ()
+    elif _shifted(x, stride, dilation, groups):
         xp = _padded(x, padding, saved)
         length = xp.shape[2] - w.shape[2] + 1
         wk = _taps(w, ws)
