@@ -17,8 +17,9 @@ Runs, each as its own command so BENCHMARKS.md can quote exactly what ran:
    how two threads fare beside another job;
 5. ``benchmarks/work_scaling.py``: each workload at batch 32, 100 and 512, and 4x wider models;
 
-then renders BENCHMARKS.md and ``benchmarks/figures/*.png`` from the JSON (the data-parallel
-scaling section that ``benchmarks/scaling.py`` writes is kept). ``--render-only`` re-renders
+then renders BENCHMARKS.md and ``benchmarks/figures/*.png`` from the JSON (sections between
+``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` markers are kept: the data-parallel scaling
+that ``benchmarks/scaling.py`` writes, the GPU table, checkpointing). ``--render-only`` re-renders
 from the JSON already there; ``--skip`` leaves parts out (their sections are rendered from
 older JSON if there is some). Exits 1 if any command failed, a self-check included. Needs the
 datasets (``TAPEGRAD_DATA`` or ``--data-dir``) and the peers (``pip install -e '.[bench]'``).
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,7 +214,7 @@ def _json(path: Path) -> dict | None:
 
 
 def render(args: argparse.Namespace, steps: list[tuple[str, list[str]]]) -> str:
-    """BENCHMARKS.md from the JSON results (and the kept data-parallel scaling section)."""
+    """BENCHMARKS.md from the JSON results (and the kept sections)."""
     import overhead
     import threads
     import work_scaling
@@ -245,9 +247,8 @@ def render(args: argparse.Namespace, steps: list[tuple[str, list[str]]]) -> str:
     charts(results, FIGURES)
     notes = [targets_note(results, micro, eager), THREADS_NOTE, CAVEATS]
     text = markdown(results, micro, micro_md, commands, notes=notes, sections=sections)
-    scaling = _scaling_section()
-    if scaling:  # benchmarks/scaling.py's section survives a re-render
-        text = text.rstrip() + "\n\n" + scaling + "\n"
+    for kept in _kept_sections():  # sections other scripts wrote survive a re-render
+        text = text.rstrip() + "\n\n" + kept + "\n"
     return text
 
 
@@ -269,14 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _scaling_section() -> str | None:
-    """The data-parallel scaling section benchmarks/scaling.py wrote, if BENCHMARKS.md has one."""
+def _kept_sections() -> list[str]:
+    """The sections of BENCHMARKS.md between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``
+    (written by other scripts, e.g. ``benchmarks/scaling.py``, or by hand), in their order."""
     path = ROOT / "BENCHMARKS.md"
     text = path.read_text() if path.exists() else ""
-    begin, end = "<!-- scaling:begin -->", "<!-- scaling:end -->"
-    if begin in text and end in text:
-        return text[text.index(begin) : text.index(end) + len(end)]
-    return None
+    return [
+        m.group(0) for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", text, re.S)
+    ]
 
 
 if __name__ == "__main__":
