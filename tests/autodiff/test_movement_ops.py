@@ -96,6 +96,31 @@ def test_pad_modes_match_torch(mode):
     )
 
 
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
+@pytest.mark.parametrize(
+    "shape,widths",  # the ranks PyTorch's non-constant modes take for each number of pairs
+    [((2, 3, 5), (3, 1)), ((2, 3, 4, 5), (3, 1, 1, 2)), ((2, 2, 3, 4, 5), (1, 0, 2, 1, 0, 1))],
+)
+def test_functional_pad_takes_torchs_form(mode, shape, widths):
+    x = RNG.standard_normal(shape)
+    value = {"value": 0.5} if mode == "constant" else {}
+    compare_with_torch(
+        lambda t: tg.nn.functional.pad(t, widths, mode=mode, **value),
+        lambda t: TF.pad(t, widths, mode=mode, **value),
+        [x],
+    )
+
+
+def test_functional_pad_names_bad_widths():
+    x = tg.tensor(np.zeros((2, 3)))
+    with pytest.raises(tg.ShapeError, match=r"pad: \(1, 1, 1\) must be \(before, after\) pairs"):
+        tg.nn.functional.pad(x, (1, 1, 1))
+    with pytest.raises(tg.ShapeError, match="at most the 2 axes"):
+        tg.nn.functional.pad(x, (1, 1, 1, 1, 1, 1))
+    with pytest.raises(tg.ShapeError, match="negative width"):
+        tg.nn.functional.pad(x, (-1, 1))
+
+
 def test_pad_synonyms_and_limits():
     x = tg.tensor(np.arange(4.0))
     np.testing.assert_array_equal(tg.pad(x, (2, 1), mode="edge").data, [0, 0, 0, 1, 2, 3, 3])

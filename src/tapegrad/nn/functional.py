@@ -273,6 +273,25 @@ def max_unpool2d(x: ArrayLike, indices, kernel_size, stride=None, padding=0, out
     return ops.max_unpool2d(x, indices, kernel_size, stride, padding, output_size)
 
 
+def pad(x: ArrayLike, pad, mode: str = "constant", value: float | None = None) -> Tensor:
+    """PyTorch's form of ``tg.pad``: ``pad`` lists (before, after) pairs from the last axis
+    backwards, ``(left, right)`` for the last axis, ``(left, right, top, bottom)`` for the last
+    two; ``mode`` is ``constant`` (with ``value``, 0 by default), ``reflect``, ``replicate`` or
+    ``circular``. Widths must not be negative (slice to crop)."""
+    x = _t(x)
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ShapeError(
+            f"pad: {pad} must be (before, after) pairs for at most the {x.ndim} axes of a "
+            f"tensor of shape {x.shape}, the last axis first"
+        )
+    if any(p < 0 for p in pad):
+        raise ShapeError(f"pad: negative width in {pad}; slice the tensor to crop it")
+    pairs = [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
+    width = [(0, 0)] * (x.ndim - len(pairs)) + pairs
+    return ops.pad(x, width, value=0.0 if value is None else value, mode=mode)
+
+
 def embedding(indices, weight: Tensor, padding_idx: int | None = None) -> Tensor:
     """Rows of ``weight (num, dim)`` picked by integer ``indices``, giving shape
     ``indices.shape + (dim,)``. Repeated indices accumulate their gradients. Non-integer or
@@ -498,6 +517,7 @@ from ._functional.pooling import (  # noqa: E402
 )
 
 __all__ = [
+    "pad",
     "relu",
     "tanh",
     "sigmoid",
