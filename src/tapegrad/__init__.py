@@ -9,6 +9,10 @@ array([[2., 2.],
 
 from __future__ import annotations
 
+from .blas import prefer_avx512
+
+prefer_avx512()  # before NumPy loads OpenBLAS: its AVX-512 kernels where the CPU has them
+
 from .autodiff import (
     AnomalyError,
     CompiledFunction,

@@ -236,10 +236,10 @@ def _set_threads(n: int | None) -> None:
         return
     import numba
 
-    from .bench.micro import _openblas_threads_setter
+    from .blas import threads_setter
 
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    blas = _openblas_threads_setter()
+    blas = threads_setter()
     if blas is not None:
         blas[0](n)
 

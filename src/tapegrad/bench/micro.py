@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import importlib
 import importlib.metadata
@@ -67,6 +66,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..blas import threads_setter
 
 # -- the benchmarks ------------------------------------------------------------------------------
 
@@ -480,31 +481,6 @@ def check_gradients(steps: dict[str, Step], bench: Benchmark) -> dict[str, list[
 # -- threads -------------------------------------------------------------------------------------
 
 
-def _openblas_threads_setter() -> tuple[Callable[[int], None], Callable[[], int]] | None:
-    """Setter/getter of the OpenBLAS that NumPy has loaded, found among the process's mapped
-    libraries (NumPy reads OPENBLAS_NUM_THREADS only when it is first imported)."""
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = {line.split()[-1] for line in fh if "openblas" in line.lower()}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for suffix in ("scipy_openblas_{}64_", "openblas_{}64_", "openblas_{}"):
-            try:
-                setter = getattr(lib, suffix.format("set_num_threads"))
-                getter = getattr(lib, suffix.format("get_num_threads"))
-            except AttributeError:
-                continue
-            setter.argtypes, setter.restype = [ctypes.c_int], None
-            getter.argtypes, getter.restype = [], ctypes.c_int
-            return setter, getter
-    return None
-
-
 @contextlib.contextmanager
 def pinned_threads(n: int, frameworks: Sequence[str]) -> Iterator[list[str]]:
     """Pin this process to ``n`` CPU threads for the duration (and restore afterwards).
@@ -528,7 +504,7 @@ def pinned_threads(n: int, frameworks: Sequence[str]) -> Iterator[list[str]]:
             restore.append(lambda: os.sched_setaffinity(0, old_cpus))
     else:
         notes.append("CPU affinity is not available on this platform")
-    blas = _openblas_threads_setter()
+    blas = threads_setter()
     if blas is not None:
         setter, getter = blas
         old_blas = getter()

@@ -43,10 +43,10 @@ def seed_rnn(p, x):
     h = jnp.zeros((len(x), 64), x.dtype)
     for t in range(4):
         h = jnp.tanh(
-            xs[:, t] @ p["rnn.weight_ih"].T
-            + p["rnn.bias_ih"]
-            + h @ p["rnn.weight_hh"].T
-            + p["rnn.bias_hh"]
+            xs[:, t] @ p["rnn.weight_ih_l0"].T
+            + p["rnn.bias_ih_l0"]
+            + h @ p["rnn.weight_hh_l0"].T
+            + p["rnn.bias_hh_l0"]
         )
     return h @ p["head.weight"].T + p["head.bias"]
 

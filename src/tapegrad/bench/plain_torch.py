@@ -80,7 +80,7 @@ if preset == "seed-cnn":
     model, names = SeedCNN(), ["1.weight", "5.weight", "7.weight"]
 elif preset == "seed-rnn":
     model = SeedRNN()
-    names = ["rnn.weight_ih", "rnn.weight_hh", "rnn.bias_ih", "rnn.bias_hh"]
+    names = ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0"]
     names += ["head.weight", "head.bias"]
 elif preset in ("text-cnn", "text-cnn-learned"):
     model = TextCNN()

@@ -1,0 +1,102 @@
+"""The BLAS NumPy computes tapegrad's matrix products with (OpenBLAS in NumPy's wheels): which
+kernels it runs on this CPU, and its thread count.
+
+OpenBLAS picks its kernels by the CPU model it recognises; on a CPU it does not know (a newer
+model, or a virtual machine that hides the model, as on the machines tapegrad is benchmarked
+on) it falls back to its AVX2 ("Haswell") kernels even where the CPU has AVX-512. Measured on
+an AVX-512 AMD EPYC (one thread, float32): (100, 784) x (784, 128) 156 us with the fallback
+against 91 us with the AVX-512 ("SkylakeX") kernels, 2048^3 128 against 240 GFLOP/s.
+
+OpenBLAS reads ``OPENBLAS_CORETYPE`` once, when NumPy is first imported, so
+:func:`prefer_avx512` runs at the top of ``import tapegrad``: if NumPy is not loaded yet, the
+variable is not set, and the CPU has the AVX-512 subsets the SkylakeX kernels use, it sets
+``OPENBLAS_CORETYPE=SkylakeX`` (inherited by processes tapegrad starts: MPI ranks, bench
+workers). Setting ``OPENBLAS_CORETYPE`` yourself (``Haswell`` to reproduce AVX2 rounding) wins;
+a program that imports NumPy before tapegrad keeps what OpenBLAS chose (``tapegrad info``
+shows it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+from collections.abc import Callable
+
+# the instruction subsets OpenBLAS's SkylakeX kernels use
+AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
+
+
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def prefer_avx512() -> str | None:
+    """Set ``OPENBLAS_CORETYPE=SkylakeX`` where it can take effect and the CPU can run it;
+    return the value set, or None when nothing was changed."""
+    if (
+        "numpy" in sys.modules
+        or "OPENBLAS_CORETYPE" in os.environ
+        or platform.system() != "Linux"
+        or platform.machine() not in ("x86_64", "AMD64")
+        or not AVX512 <= _cpu_flags()
+    ):
+        return None
+    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    return "SkylakeX"
+
+
+def _openblas() -> tuple[ctypes.CDLL, str] | None:
+    """The OpenBLAS that NumPy has loaded (found among the process's mapped libraries) and its
+    symbols' name pattern."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split()[-1] for line in fh if "openblas" in line.lower()}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for pattern in ("scipy_openblas_{}64_", "openblas_{}64_", "openblas_{}"):
+            if hasattr(lib, pattern.format("get_num_threads")):
+                return lib, pattern
+    return None
+
+
+def threads_setter() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    """Setter and getter of OpenBLAS's thread count (NumPy reads ``OPENBLAS_NUM_THREADS`` only
+    when it is first imported); None where NumPy does not use OpenBLAS."""
+    found = _openblas()
+    if found is None:
+        return None
+    lib, pattern = found
+    setter = getattr(lib, pattern.format("set_num_threads"))
+    getter = getattr(lib, pattern.format("get_num_threads"))
+    setter.argtypes, setter.restype = [ctypes.c_int], None
+    getter.argtypes, getter.restype = [], ctypes.c_int
+    return setter, getter
+
+
+def core() -> str | None:
+    """The kernels OpenBLAS runs here (``Haswell``, ``SkylakeX``, ...), None if unknown."""
+    import numpy  # noqa: F401  (loads OpenBLAS)
+
+    found = _openblas()
+    if found is None:
+        return None
+    lib, pattern = found
+    get = getattr(lib, pattern.format("get_corename"), None)
+    if get is None:
+        return None
+    get.restype = ctypes.c_char_p
+    return get().decode()

@@ -1,0 +1,62 @@
+"""``import tapegrad`` picks OpenBLAS's AVX-512 kernels where the CPU has them and nobody chose
+(tapegrad/blas.py); a user's OPENBLAS_CORETYPE, or NumPy loaded first, is left alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tapegrad import blas
+
+AVX512_HERE = blas.AVX512 <= blas._cpu_flags()
+
+
+def _run(code: str, **env_changes) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(env_changes)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+REPORT = (
+    "import os; from tapegrad.blas import core; print(os.environ.get('OPENBLAS_CORETYPE'), core())"
+)
+
+
+def test_unset_coretype_gets_avx512_kernels_where_the_cpu_has_them():
+    chosen, core = _run("import tapegrad; " + REPORT).split()
+    if AVX512_HERE:
+        assert (chosen, core) == ("SkylakeX", "SkylakeX")
+    else:
+        assert chosen == "None"
+
+
+def test_a_users_coretype_wins():
+    assert _run("import tapegrad; " + REPORT, OPENBLAS_CORETYPE="Haswell").split() == [
+        "Haswell",
+        "Haswell",
+    ]
+
+
+def test_numpy_loaded_first_is_left_alone():
+    chosen, _ = _run("import numpy, tapegrad; " + REPORT).split()
+    assert chosen == "None"
+
+
+@pytest.mark.parametrize(
+    "flags,expected",
+    [(blas.AVX512 | {"sse2"}, "SkylakeX"), ({"avx2", "avx512f"}, None), (set(), None)],
+)
+def test_the_choice_needs_every_subset_the_kernels_use(monkeypatch, flags, expected):
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.setattr(blas, "_cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(blas.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(blas.platform, "machine", lambda: "x86_64")
+    monkeypatch.delitem(sys.modules, "numpy")  # restored after the test
+    assert blas.prefer_avx512() == expected
+    assert os.environ.get("OPENBLAS_CORETYPE") == expected
