@@ -62,3 +62,34 @@ def test_compiled_recurrent_steps_allocate_at_most_64_kib(kind):
         trainer.train_step(x, y)
     used = max(traced_step(lambda: trainer.train_step(x, y))[1] for _ in range(3))
     assert used <= LIMIT, f"{kind}: {used} bytes per step"
+
+
+@pytest.mark.parametrize("name", ["seed-cnn", "seed-rnn", "text-cnn", "mlp"])
+def test_no_step_of_a_plan_goes_through_numpys_buffered_iterator(name):
+    # NumPy's broadcasting or casting ufuncs allocate a 32 KiB buffer per call even with out=
+    # (a bias add, a float-by-bool product): each program step of a seed preset's plan stays
+    # well under that (the largest: the direct conv backward's ~12 KiB of weight-layout
+    # copies), so a step that slips back to such a ufunc is named here
+    import tracemalloc
+
+    preset = PRESETS[name]
+    kw = {"vocab_size": 500} if preset.task == "binary" else {}
+    model = build_model(preset, seed=0, **kw)
+    opt = make_optimizer(preset.optimizer, model.parameters(), preset.lr)
+    trainer = Trainer(model, opt, preset.task, progress=False, log=None)
+    x, y = _batch(name, np.random.default_rng(0))
+    for _ in range(3):
+        trainer.train_step(x, y)
+    (plan,) = trainer._compiled.all_plans
+    tracemalloc.start()
+    try:
+        heavy = []
+        for label, step in zip(plan.labels, plan.program):
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            step()
+            if tracemalloc.get_traced_memory()[1] - base > 16 * 1024:
+                heavy.append(label)
+    finally:
+        tracemalloc.stop()
+    assert not heavy, f"{name}: plan steps allocating over 16 KiB: {heavy}"

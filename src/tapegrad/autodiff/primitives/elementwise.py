@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..backend import copy_to_device, device_of, get_device, to_host, xp_of
+from ..kernels import add_channel_bias
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
 
@@ -33,9 +34,27 @@ def _where(c, x, y, out=None):
 
 
 # -- binary, broadcasting -------------------------------------------------------------------------
+def _add(x, y, out=None):
+    """x + y; a (P, Q) array plus a (Q,) one (a Linear layer's bias) into a plan's buffer by the
+    compiled loop: NumPy's broadcasting add with ``out`` allocates a 32 KiB buffer a call."""
+    if out is not None and type(out) is np.ndarray and out.ndim == 2:
+        for a, b in ((x, y), (y, x)):
+            if (
+                type(a) is np.ndarray
+                and type(b) is np.ndarray
+                and a.shape == out.shape
+                and b.shape == out.shape[1:]
+                and a.dtype == b.dtype == out.dtype
+                and out.dtype in (np.float32, np.float64)
+            ):
+                add_channel_bias(a[:, :, None], b, out[:, :, None])
+                return out
+    return np.add(x, y, out=out)
+
+
 add = primitive(
     "add",
-    np.add,
+    _add,
     (lambda g, out, x, y: g, lambda g, out, x, y: g),
     reference=lambda x, y: x + y,
     samples=S.binary(),
@@ -241,7 +260,9 @@ sigmoid = primitive(
 relu = primitive(
     "relu",
     _relu,
-    (lambda g, out, x: g * (x > 0),),
+    # a select, not g * mask: multiplying by a bool mask casts through NumPy's buffered
+    # iterator (32 KiB a call in a plan), and masked entries are 0 even where g is not finite
+    (lambda g, out, x: run(where, x > 0, g, 0),),
     reference=lambda x: x * (x > 0),
     samples=S.unary(gap=0.1),
     broadcasting=True,
