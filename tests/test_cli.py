@@ -115,6 +115,10 @@ def test_info_lists_versions_and_datasets(real_data, capsys):
     cuda = next(line for line in out.splitlines() if line.startswith("cuda "))
     assert tg_cuda_available() or "pip install cupy-cuda12x" in cuda
     assert str(real_data) in out
+    from tapegrad.blas import core
+
+    blas = next(line for line in out.splitlines() if line.startswith("blas "))
+    assert f"OpenBLAS, {core()} kernels" in blas
 
 
 def test_eager_flag_trains_the_same_model(real_data, tmp_path, capsys):

@@ -279,6 +279,7 @@ def markdown(
         f"- Machine: {m['cpu']}, {m['logical_cpus']} logical CPUs; {m['platform']}. The machine "
         "is shared with other jobs and noisy: read differences under ~20% as noise.",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(vers.items())) + ".",
+        *([f"- NumPy's BLAS (tapegrad's matrix products): {m['blas']}."] if "blas" in m else []),
         f"- Date: {m['date']}.",
         f"- tapegrad runs in **{mode} mode** here ("
         + (
