@@ -10,6 +10,8 @@ from tapegrad.autodiff.kernels import (
     add_into_reference,
     add_taps,
     add_taps_reference,
+    select,
+    select_reference,
 )
 
 
@@ -35,6 +37,20 @@ def test_add_into_strided_window_matches_reference(width):
         add_into(base[:, :, k : k + 9], src)
         add_into_reference(base_ref[:, :, k : k + 9], src)
     np.testing.assert_array_equal(base, base_ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("keep", [True, False])
+def test_select_matches_reference_bit_for_bit(dtype, keep):
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(7, 9)).astype(dtype)
+    a[0, :3] = [np.nan, -0.0, np.inf]
+    c = rng.uniform(size=a.shape) < 0.5
+    out, ref = np.full(a.shape, 9, dtype), np.empty(a.shape, dtype)
+    select(c, a, 0, keep, out)
+    select_reference(c, a, 0, keep, ref)
+    np.testing.assert_array_equal(out, ref)
+    assert not np.signbit(out[c != keep]).any()  # the number, +0, where a is not kept
 
 
 @pytest.mark.parametrize("n,o,k,length", [(1, 1, 1, 1), (3, 4, 3, 9), (2, 8, 5, 17)])

@@ -26,3 +26,4 @@ from .pool import (  # noqa: F401
     max_pool_forward_reference,
 )
 from .scatter import scatter_add_rows, scatter_add_rows_reference  # noqa: F401
+from .select import select, select_reference  # noqa: F401
