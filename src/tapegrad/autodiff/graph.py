@@ -27,7 +27,7 @@ import contextlib
 import numpy as np
 
 from . import anomaly
-from .backend import DEFAULT_DTYPE, asarray, check_same_device, is_array, on_device
+from .backend import DEFAULT_DTYPE, asarray, check_same_device, is_array, on_device, xp_of
 from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
 from .primitives.shape import sum_to
@@ -320,7 +320,10 @@ def _seed(root: Tensor, gradient, fname: str, graph: bool = False):
                 f"{fname}: the tensor has shape {root.shape}; {fname}() without a gradient "
                 f"needs a single-element tensor, pass gradient= of shape {root.shape}"
             )
-        return np.ones_like(root.data)
+        data = root.data
+        if type(data) is np.ndarray:  # np.ones_like's Python dispatch is half a tiny step's seed
+            return np.array(1, data.dtype).reshape(data.shape)
+        return xp_of(data).ones_like(data)
     if graph and isinstance(gradient, Tensor) and gradient.requires_grad:
         g = gradient
     else:

@@ -48,7 +48,8 @@ def _grad_back(g, x, axis, keepdims):
 
 _sum = primitive(
     "sum",
-    lambda x, axis, keepdims, out=None: np.sum(x, axis=axis, keepdims=keepdims, out=out),
+    # the array method: np.sum adds ~0.9 us of Python dispatch to every call
+    lambda x, axis, keepdims, out=None: x.sum(axis=axis, keepdims=keepdims, out=out),
     (lambda g, out, x, axis, keepdims: _grad_back(g, x, axis, keepdims),),
     reference=lambda x, axis, keepdims: np.add.reduce(x, axis=axis, keepdims=keepdims),
     samples=_reduce_samples(),
