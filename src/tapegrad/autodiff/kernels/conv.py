@@ -122,7 +122,7 @@ def _flat(a4: np.ndarray, cl: bool) -> np.ndarray:
     return (a4.transpose(0, 2, 3, 1) if cl else a4).reshape(-1)
 
 
-def _backward_call(g, x, w, gw, gb, gx) -> None:
+def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
     """Lay x, w and the gradients out as runs of contiguous memory and call the kernel.
 
     A window of x is a set of runs that are contiguous in memory: for NCHW input each (c, a)
@@ -135,18 +135,20 @@ def _backward_call(g, x, w, gw, gb, gx) -> None:
         x4 = np.ascontiguousarray(x4)
     o, c, kh, kw = w4.shape
     xs = np.array(x4.strides, np.intp) // x4.itemsize
+    new = scratch or (lambda key, shape: np.empty(shape, g.dtype))
+    ws = new("conv_w", (o, c * kh * kw))  # the weight laid out as the runs
     if cl:
         run = kw * c
         rx = np.arange(kh, dtype=np.intp) * xs[2]
         rw = np.arange(kh, dtype=np.intp) * run
-        ws = np.ascontiguousarray(w4.transpose(0, 2, 3, 1)).reshape(o, -1)
+        np.copyto(ws.reshape(o, kh, kw, c), w4.transpose(0, 2, 3, 1))
     else:
         run = kw
         ca = np.arange(c * kh, dtype=np.intp)
         rx = (ca // kh) * xs[1] + (ca % kh) * xs[2]
         rw = ca * kw
-        ws = np.ascontiguousarray(w4).reshape(o, -1)
-    gws = np.empty(ws.shape, g.dtype) if gw is not None else np.empty((0, 0), g.dtype)
+        np.copyto(ws.reshape(w4.shape), w4)
+    gws = new("conv_gw", ws.shape) if gw is not None else np.empty((0, 0), g.dtype)
     gx4 = _as2d(gx) if gx is not None else None
     direct = gx4 is not None and gx4.strides == x4.strides and gx4.shape == x4.shape
     gxs = gx4 if direct else (np.empty_like(x4) if gx is not None else None)
@@ -180,16 +182,18 @@ def conv_backward(
     gw: np.ndarray | None,
     gb: np.ndarray | None,
     gx: np.ndarray | None,
+    scratch=None,
 ) -> None:
     """Gradients of a stride-1 unpadded convolution for its output gradient g: the weight's
-    into ``gw``,
-    the bias's into ``gb``, the input's into ``gx`` (each skipped when None). Zero entries of g
-    are skipped, so a gradient that ReLU and pooling made sparse costs only its nonzeros."""
+    into ``gw``, the bias's into ``gb``, the input's into ``gx`` (each skipped when None). Zero
+    entries of g are skipped, so a gradient that ReLU and pooling made sparse costs only its
+    nonzeros. ``scratch(key, shape)``, when given, supplies the kernel's two weight-shaped
+    temporaries (a compiled plan's workspace), which are otherwise allocated."""
     _check_shapes("conv_backward", x, w, conv_out=g, grads=(gw, gb, gx))
     if numba is None:  # pragma: no cover
         conv_backward_reference(g, x, w, gw, gb, gx)
         return
-    _backward_call(g, x, w, gw, gb, gx)
+    _backward_call(g, x, w, gw, gb, gx, scratch)
 
 
 def _check_shapes(op: str, x, w, *, conv_out, grads) -> None:

@@ -379,7 +379,15 @@ def _conv_backward_fwd(
     ):
         from ..kernels.conv import conv_backward as direct
 
-        direct(np.ascontiguousarray(g), x, w, gw, gb, gx)
+        direct(
+            np.ascontiguousarray(g),
+            x,
+            w,
+            gw,
+            gb,
+            gx,
+            None if ws is None else (lambda key, shape: scratch(ws, key, shape, g.dtype, like=g)),
+        )
         return grads
     if gb is not None:
         np.sum(g, axis=(0,) + tuple(range(2, g.ndim)), out=gb)
