@@ -19,15 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+import sections  # benchmarks/, this script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 AVX512 = RESULTS / "avx512"
-BEGIN, END = "<!-- blas:begin -->", "<!-- blas:end -->"
+BEGIN, END = sections.markers("blas")
 
 
 def run(workload: str, repeats: int) -> int:
@@ -90,17 +91,6 @@ def markdown(workloads: list[str], repeats: int) -> str:
     return "\n".join(lines)
 
 
-def write(section: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text()
-    if BEGIN in text and END in text:
-        pattern = re.escape(BEGIN) + ".*?" + re.escape(END)
-        text = re.sub(pattern, lambda _: section, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
@@ -109,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     workloads = args.workloads.split(",")
     failed = [] if args.render_only else [w for w in workloads if run(w, args.repeats) != 0]
-    write(markdown(workloads, args.repeats))
+    sections.write("blas", markdown(workloads, args.repeats))
     print("wrote the blas section of BENCHMARKS.md")
     if failed:
         print(f"failed or flagged: {', '.join(failed)}", file=sys.stderr)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import sections  # noqa: E402  (benchmarks/: the kept sections of BENCHMARKS.md)
 
 from tapegrad.bench.harness import WORKLOADS  # noqa: E402
 from tapegrad.bench.report import charts, headline, markdown  # noqa: E402
@@ -230,15 +231,15 @@ def render(args: argparse.Namespace, steps: list[tuple[str, list[str]]]) -> str:
         micro_md = micro_module.markdown(micro)
     eager = _json(RESULTS / "overhead.json")
     thread_check = _json(RESULTS / "threads.json")
-    sections = []
+    parts = []
     if eager:
-        sections.append(overhead.markdown(eager))
+        parts.append(overhead.markdown(eager))
     if thread_check:
-        sections.append(threads.markdown(thread_check))
+        parts.append(threads.markdown(thread_check))
     cells = [work_scaling.parse_cell(c) for c in work_scaling.default_cells()]
     scaled = work_scaling.load(cells)
     if scaled:
-        sections.append(
+        parts.append(
             work_scaling.markdown(scaled, [r["command"] for r in scaled if "command" in r])
         )
     # quote the command that made each figure (a workload re-run alone may have used other flags)
@@ -246,8 +247,8 @@ def render(args: argparse.Namespace, steps: list[tuple[str, list[str]]]) -> str:
     commands = [recorded.get(part, " ".join(cmd)) for part, cmd in steps]
     charts(results, FIGURES)
     notes = [targets_note(results, micro, eager), THREADS_NOTE, CAVEATS]
-    text = markdown(results, micro, micro_md, commands, notes=notes, sections=sections)
-    for kept in _kept_sections():  # sections other scripts wrote survive a re-render
+    text = markdown(results, micro, micro_md, commands, notes=notes, sections=parts)
+    for kept in sections.kept():  # sections other scripts wrote survive a re-render
         text = text.rstrip() + "\n\n" + kept + "\n"
     return text
 
@@ -268,16 +269,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"failed or flagged (see above): {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-def _kept_sections() -> list[str]:
-    """The sections of BENCHMARKS.md between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``
-    (written by other scripts, e.g. ``benchmarks/scaling.py``, or by hand), in their order."""
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else ""
-    return [
-        m.group(0) for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", text, re.S)
-    ]
 
 
 if __name__ == "__main__":

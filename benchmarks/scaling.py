@@ -26,11 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import sections  # noqa: E402  (benchmarks/, this script's folder)
+
 from tapegrad.bench import scaling  # noqa: E402
 from tapegrad.distributed.launch import find_mpiexec, thread_env  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"
+BEGIN, END = sections.markers("scaling")
 PRESETS = ("seed-cnn", "seed-rnn", "text-cnn", "text-cnn-learned", "mlp")
 
 # Interconnects of the model: bandwidth per direction (bytes/s) and the latency of one
@@ -276,16 +278,6 @@ def section(result: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    doc = path.read_text() if path.exists() else ""
-    if BEGIN in doc and END in doc:
-        doc = doc[: doc.index(BEGIN)] + text + doc[doc.index(END) + len(END) :]
-    else:
-        doc = doc.rstrip() + "\n\n" + text + "\n"
-    path.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
@@ -337,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         result["command"] = command
         out.write_text(json.dumps(result, indent=1) + "\n")
     text = section(json.loads(json.dumps(result)), result.get("command", command))
-    write_section(text)
+    sections.write("scaling", text)
     print(text)
     return 0
 

@@ -100,3 +100,12 @@ def core() -> str | None:
         return None
     get.restype = ctypes.c_char_p
     return get().decode()
+
+
+def describe() -> str:
+    """NumPy's BLAS as tapegrad uses it: OpenBLAS's kernels here and who chose them."""
+    name = core()
+    if name is None:
+        return "not OpenBLAS (its kernels unknown)"
+    chosen = os.environ.get("OPENBLAS_CORETYPE")
+    return f"OpenBLAS, {name} kernels" + (f" (OPENBLAS_CORETYPE={chosen})" if chosen else "")

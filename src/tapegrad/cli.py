@@ -612,9 +612,9 @@ def cmd_info(args) -> int:
         threads = "?"
     print(f"{'cpus':<10} {os.cpu_count()} (numba threads {threads})")
     print(f"{'machine':<10} {platform.machine()} {platform.system()}")
-    from .bench.harness import blas_info
+    from .blas import describe as describe_blas
 
-    print(f"{'blas':<10} {blas_info()}")
+    print(f"{'blas':<10} {describe_blas()}")
     print(f"{'cuda':<10} {_cuda_status()}")
     print("datasets:")
     for name, where in data.describe(args.data_dir).items():

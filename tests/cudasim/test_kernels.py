@@ -244,25 +244,10 @@ def test_adam_update(amsgrad, wd, decoupled):
     kw = dict(lr=0.01, beta1=0.9, beta2=0.99, eps=1e-8, wd=wd, decoupled=decoupled, step=3)
     adam_gpu.adam_update(p, g, m, v, vmax, None, **kw)
     scratch = (np.empty_like(p), np.empty_like(p))
-    adam_cpu.adam_reference(*ref, wd != 0 and not decoupled, decoupled and wd != 0,
-                            *_adam_scalars(**kw), scratch)  # fmt: skip
+    adam_cpu.adam_reference(*ref, *adam_cpu.adam_scalars(np.float32, **kw), scratch)
     for a, b in zip((p, m, v, vmax), (ref[0], ref[2], ref[3], ref[4])):
         if a is not None:
             np.testing.assert_allclose(a, b, **F32)
-
-
-def _adam_scalars(lr, beta1, beta2, eps, wd, decoupled, step):
-    t = np.float32
-    return (
-        t(wd),
-        t(1.0 - lr * wd),
-        t(1.0 - beta1),
-        t(beta2),
-        t(1.0 - beta2),
-        t(np.sqrt(1.0 - beta2**step)),
-        t(eps),
-        t(lr / (1.0 - beta1**step)),
-    )
 
 
 @pytest.mark.parametrize("dilation,stride", [((2, 3), (2, 1)), ((1, 2), (1, 1))])

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..blas import describe as describe_blas
 from ..serialization import atomic_file
 from . import selfcheck
 from .flops import count_flops
@@ -100,17 +101,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def blas_info() -> str:
-    """NumPy's BLAS as tapegrad uses it: OpenBLAS's kernels here and who chose them."""
-    from ..blas import core
-
-    name = core()
-    if name is None:
-        return "not OpenBLAS (its kernels unknown)"
-    chosen = os.environ.get("OPENBLAS_CORETYPE")
-    return f"OpenBLAS, {name} kernels" + (f" (OPENBLAS_CORETYPE={chosen})" if chosen else "")
-
-
 def machine_info() -> dict:
     return {
         "cpu": cpu_model(),
@@ -118,7 +108,7 @@ def machine_info() -> dict:
         "usable_cpus": len(available_cpus()),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "blas": blas_info(),
+        "blas": describe_blas(),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
 

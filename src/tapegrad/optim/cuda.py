@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import cuda
 
 from ..autodiff.backend import xp_of
 from ..autodiff.kernels.cuda.launch import jit, launch
+from .kernels import adam_scalars
 
 
 @jit
@@ -45,23 +45,7 @@ def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupl
     """Adam (``decoupled``: AdamW) step ``step`` on a CUDA device, in place, with the scalars
     of the CPU kernel (``optim.kernels.adam_update``), each cast to the parameter's dtype.
     ``scratch`` is unused (the arrays of a parameter and its state are contiguous)."""
-    t = p.dtype.type
     flat = [a.reshape(-1) for a in (p, g, m, v)]
     vm = vmax.reshape(-1) if vmax is not None else _unused(p)
-    launch(
-        _adam,
-        p.size,
-        *flat,
-        vm,
-        vmax is not None,
-        wd != 0 and not decoupled,
-        wd != 0 and decoupled,
-        t(wd),
-        t(1.0 - lr * wd),
-        t(1.0 - beta1),
-        t(beta2),
-        t(1.0 - beta2),
-        t(np.sqrt(1.0 - beta2**step)),
-        t(eps),
-        t(lr / (1.0 - beta1**step)),
-    )
+    scalars = adam_scalars(p.dtype, lr, beta1, beta2, eps, wd, decoupled, step)
+    launch(_adam, p.size, *flat, vm, vmax is not None, *scalars)

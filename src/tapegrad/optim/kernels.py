@@ -87,14 +87,12 @@ if numba is not None:
                     pb[i] = pb[i] - mb[i] / (np.sqrt(vv[i]) / b2s + eps) * size
 
 
-def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):
-    """Adam (``decoupled``: AdamW) step ``step`` of parameter ``p`` with gradient ``g`` and
-    moments ``m``, ``v`` (``vmax`` the AMSGrad maximum, or None), all in place; ``scratch``
-    (two arrays shaped like ``p``) serves the NumPy form when the loop cannot take the arrays."""
-    t = p.dtype.type
-    l2 = wd != 0 and not decoupled
-    args = (
-        l2,
+def adam_scalars(dtype, lr, beta1, beta2, eps, wd, decoupled, step) -> tuple:
+    """The Adam kernels' arguments after the arrays: (l2, decoupled, wd, decay, c1, b2, c2, b2s,
+    eps, size), the numbers cast to ``dtype`` (one set for the CPU and the CUDA kernel)."""
+    t = np.dtype(dtype).type
+    return (
+        wd != 0 and not decoupled,
         wd != 0 and decoupled,
         t(wd),
         t(1.0 - lr * wd),
@@ -105,6 +103,13 @@ def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupl
         t(eps),
         t(lr / (1.0 - beta1**step)),
     )
+
+
+def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):
+    """Adam (``decoupled``: AdamW) step ``step`` of parameter ``p`` with gradient ``g`` and
+    moments ``m``, ``v`` (``vmax`` the AMSGrad maximum, or None), all in place; ``scratch``
+    (two arrays shaped like ``p``) serves the NumPy form when the loop cannot take the arrays."""
+    args = adam_scalars(p.dtype, lr, beta1, beta2, eps, wd, decoupled, step)
     arrays = (p, g, m, v) + ((vmax,) if vmax is not None else ())
     flat = numba is not None and all(
         a.flags.c_contiguous and a.dtype == p.dtype and a.shape == p.shape for a in arrays

@@ -25,20 +25,29 @@ def _relu(x, out=None):
     return np.maximum(x, 0, out=out)
 
 
+def _loop_operand(a, out) -> bool:
+    """``a`` can go to a compiled loop writing ``out``: CPU arrays of one float dtype (the
+    loops below replace NumPy calls that allocate a buffer per call even with ``out=``)."""
+    return (
+        type(a) is np.ndarray
+        and type(out) is np.ndarray
+        and a.dtype == out.dtype
+        and out.dtype in (np.float32, np.float64)
+    )
+
+
 def _where(c, x, y, out=None):
     if out is None:
         return np.where(c, x, y)
-    # an array and a number (the VJPs of ReLU and where): the compiled one-pass select
+    # an array and a number (the VJPs of ReLU and where): one compiled pass; NumPy's fill +
+    # masked copy takes two, and a product with the bool mask casts through a 32 KiB buffer
     for a, s, keep in ((x, y, True), (y, x, False)):
         if (
-            type(out) is np.ndarray
-            and type(c) is np.ndarray
-            and type(a) is np.ndarray
+            _loop_operand(a, out)
             and np.ndim(s) == 0
+            and type(c) is np.ndarray
             and c.dtype == np.bool_
             and c.shape == a.shape == out.shape
-            and a.dtype == out.dtype
-            and out.dtype in (np.float32, np.float64)
             and c.flags.c_contiguous
             and a.flags.c_contiguous
             and out.flags.c_contiguous
@@ -54,15 +63,13 @@ def _where(c, x, y, out=None):
 def _add(x, y, out=None):
     """x + y; a (P, Q) array plus a (Q,) one (a Linear layer's bias) into a plan's buffer by the
     compiled loop: NumPy's broadcasting add with ``out`` allocates a 32 KiB buffer a call."""
-    if out is not None and type(out) is np.ndarray and out.ndim == 2:
+    if out is not None and getattr(out, "ndim", 0) == 2:
         for a, b in ((x, y), (y, x)):
             if (
-                type(a) is np.ndarray
-                and type(b) is np.ndarray
+                _loop_operand(a, out)
+                and _loop_operand(b, out)
                 and a.shape == out.shape
                 and b.shape == out.shape[1:]
-                and a.dtype == b.dtype == out.dtype
-                and out.dtype in (np.float32, np.float64)
             ):
                 add_channel_bias(a[:, :, None], b, out[:, :, None])
                 return out
