@@ -44,3 +44,48 @@ def test_off_by_default_and_restored_after_the_block():
         with tg.detect_anomaly():
             pass
         assert np.isinf(tg.tensor(np.zeros(1)).log().data).all()
+
+
+def _compiled_log_step():
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    @tg.compile
+    def step(x):
+        w.grad = None
+        loss = (w * tg.tensor(x)).log().sum()  # log of a negative product: NaN
+        loss.backward()
+        return loss
+
+    return step
+
+
+def test_a_compiled_replay_names_the_first_primitive_that_made_a_nan():
+    step = _compiled_log_step()
+    step(np.array([1.0, 1.0]))  # traced with finite values
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(step(np.array([-1.0, 1.0])).item())  # without the mode: just NaN
+        with tg.detect_anomaly():
+            with pytest.raises(tg.AnomalyError) as info:
+                step(np.array([-1.0, 1.0]))
+    msg = str(info.value)
+    assert msg.startswith("log produced NaN in a compiled replay from finite inputs")
+    assert "(2,)" in msg and f"{__file__}:" in msg
+    assert len(step.all_plans) == 1  # the same plan, replayed with checks
+
+
+def test_a_compiled_replay_names_a_backward_anomaly():
+    w = tg.tensor(np.array([4.0, 1.0]), requires_grad=True)
+
+    @tg.compile
+    def step(x):
+        w.grad = None
+        loss = (w * tg.tensor(x)).sqrt().sum()
+        loss.backward()
+        return loss
+
+    step(np.array([1.0, 1.0]))
+    with tg.detect_anomaly(), np.errstate(divide="ignore"):
+        with pytest.raises(tg.AnomalyError, match=r"produced Inf in a compiled replay") as info:
+            step(np.array([0.0, 1.0]))  # sqrt(0) = 0 is finite; its gradient is not
+    assert "loss.backward()" not in str(info.value)  # the site is a file:line
+    assert f"{__file__}:" in str(info.value)

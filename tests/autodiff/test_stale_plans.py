@@ -94,7 +94,7 @@ def test_retracing_every_call_warns_once():
     global K
     f = tg.compile(lambda x: (tg.tensor(x) * K).sum())
     x = np.ones(2, np.float32)
-    with pytest.warns(RuntimeWarning, match="traced again 10 times"):
+    with pytest.warns(RuntimeWarning, match="traced 5 times in a row, last because the global 'K'"):
         for k in range(plan_mod.RETRACE_WARNING + 1):
             K = float(k)
             assert f(x).item() == 2.0 * k
@@ -201,7 +201,9 @@ def test_numpy_clipping_of_grad_is_refused():
         opt.step()
         return loss
 
-    with pytest.raises(tg.TraceError, match=r"gradient \(.grad\) of a Tensor of shape \(3,\)"):
+    with pytest.raises(
+        tg.TraceError, match=r"np.clip of a gradient would be computed once.*tg.effect"
+    ):
         tg.compile(step)(np.ones(3, np.float32))
 
 

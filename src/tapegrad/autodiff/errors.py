@@ -18,3 +18,7 @@ class DTypeError(TypeError):
 
 class GraphError(RuntimeError):
     """Misuse of the recorded graph: backward twice, backward of a non-scalar without a gradient."""
+
+
+class TraceError(RuntimeError):
+    """Something in a traced function cannot be replayed faithfully (``tapegrad.compile``)."""

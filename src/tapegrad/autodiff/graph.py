@@ -32,6 +32,7 @@ from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
 from .primitives.shape import sum_to
 from .tensor import _TRACING, Tensor
+from .traced_grads import traced
 
 
 class _GradMode:
@@ -205,6 +206,8 @@ def apply(prim, *args, **attrs):
     """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it.
 
     Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
+    if _TRACING.active is not None:  # a .grad read inside a traced step: its traced value
+        args = tuple(traced(a) for a in args)
     arrays = None
     if prim.broadcasting and len(args) == 2:  # the usual binary case, without a loop
         a, b = args

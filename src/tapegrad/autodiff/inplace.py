@@ -41,6 +41,7 @@ from .primitives.pointwise import int_arith
 from .primitives.shape import broadcast_to
 from .primitives.update import assign
 from .tensor import _TRACING, Tensor
+from .traced_grads import traced
 
 
 class _Probe:
@@ -184,6 +185,7 @@ def _saved_error(what: str, x: Tensor) -> GraphError:
 
 
 def _value_arg(x: Tensor, value):
+    value = traced(value)  # p[...] = p.grad inside a traced step
     if isinstance(value, Tensor):
         return value
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):

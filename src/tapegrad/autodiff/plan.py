@@ -49,6 +49,7 @@ A plan never replays stale state or silently skips work:
 
 from __future__ import annotations
 
+import bisect
 import dis
 import functools
 import types
@@ -57,15 +58,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import anomaly
 from . import tensor as _tensor_mod
 from .backend import device_of, is_array, xp_of
+from .errors import TraceError
 from .primitives.registry import Workspace
 from .tensor import Tensor
-
-
-class TraceError(RuntimeError):
-    """Something in a traced function cannot be replayed faithfully."""
-
+from .traced_grads import read as _read_grad
 
 VAR, EXT, CONST = 0, 1, 2
 """How an equation refers to an input: a value of the plan, a tensor from outside the step
@@ -76,10 +75,11 @@ class Eq:
     """One recorded primitive call: ``outs = prim(*ins, **attrs)`` (``packed``: the forward
     returns, and takes as ``out``, a tuple)."""
 
-    __slots__ = ("prim", "ins", "attrs", "outs", "packed")
+    __slots__ = ("prim", "ins", "attrs", "outs", "packed", "site")
 
-    def __init__(self, prim, ins, attrs, outs, packed):
+    def __init__(self, prim, ins, attrs, outs, packed, site=None):
         self.prim, self.ins, self.attrs, self.outs, self.packed = prim, ins, attrs, outs, packed
+        self.site = site  # "file:line" of the call that recorded it (for detect_anomaly)
 
 
 class Sink:
@@ -127,6 +127,7 @@ class Trace:
         self.watched: dict[int, tuple] = {}  # id(tensor) -> _snapshot(tensor)
         self.rngs: dict[int, tuple] = {}  # id(generator) -> (generator, state before)
         self.rngs_of_ops: set[int] = set()  # generators tapegrad operations drew from
+        self.grad_arrays: list = []  # values computed from .grad reads (traced_grads.py)
 
     # -- what replays depend on ------------------------------------------------------------
     def guard(self, owner, state_fn: Callable[[], tuple], explain: Callable[[tuple], str]):
@@ -182,6 +183,10 @@ class Trace:
         self.keep.append(t)
         return v
 
+    def read_grad(self, t: Tensor):
+        """``t.grad`` read by the step: a view whose uses replays recompute (traced_grads.py)."""
+        return _read_grad(self, t)
+
     def is_traced(self, t) -> bool:
         return id(t) in self.var_of
 
@@ -198,7 +203,17 @@ class Trace:
             self.watch(arg)
             return (EXT, arg)  # a parameter or a tensor captured from outside: read live
         v = self.var_of_data.get(id(array))
-        return (VAR, v) if v is not None else (CONST, array)
+        if v is not None:
+            return (VAR, v)
+        if getattr(array, "size", 0) > 1 and any(
+            np.may_share_memory(array, g) for g in self.grad_arrays
+        ):
+            raise TraceError(
+                "compile: a gradient reached an operation as a plain array (np.asarray(p.grad) "
+                "or a view of it): its value would be frozen into the plan. Pass p.grad "
+                "itself, or compute with tapegrad operations, so every replay reads it live"
+            )
+        return (CONST, array)
 
     def record_eq(self, prim, args, arrays, attrs, results, aux, packed=False) -> None:
         from .primitives.elementwise import _astype
@@ -216,7 +231,7 @@ class Trace:
                 self.rngs_of_ops.add(id(v))  # a random operation: replays draw afresh
         outs = [self.new_var(r) for r in results]
         outs += [self.new_var(Tensor._make(a, None, False)) for a in aux]
-        eq = Eq(prim, ins, attrs, outs, packed)
+        eq = Eq(prim, ins, attrs, outs, packed, anomaly.call_site())
         for v in outs:
             self.eq_of[v] = eq
         self.events.append(eq)
@@ -350,7 +365,7 @@ def _captured(fn) -> list[tuple[str, Callable[[], object]]]:
         for name, cell in zip(code.co_freevars, f.__closure__ or ()):
             out.append((f"the closure variable {name!r} of {f.__qualname__}", _cell_getter(cell)))
             _follow(_cell_value(cell), globs, depth)
-        names = {n for c in _code_objects(code) for n in c.co_names if n in globs}
+        names = {n for n in _global_reads(code) if n in globs}
         for name in sorted(names):
             value = globs[name]
             if isinstance(value, types.ModuleType):
@@ -364,6 +379,17 @@ def _captured(fn) -> list[tuple[str, Callable[[], object]]]:
 
     visit(fn, 0)
     return out
+
+
+def _global_reads(code: types.CodeType) -> set[str]:
+    """The global names ``code`` (and the functions nested in it) reads: not its attribute
+    names (``opt.step`` reads no global ``step``), which share ``co_names`` with them."""
+    return {
+        ins.argval
+        for c in _code_objects(code)
+        for ins in dis.get_instructions(c)
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+    }
 
 
 def _cell_value(cell):
@@ -447,23 +473,71 @@ def reduce_gradients(fn: Callable[[np.ndarray], object], loss: Tensor) -> None:
         trace.resnapshot()  # a recorded change, like an effect's: every replay reduces here
 
 
+def _leaves(args, out: list) -> tuple:
+    """Flatten ``args`` (tuples, lists, dicts of them, nested) into ``out``, the arrays and
+    tensors in order; return the structure with every other leaf by value: the key a plan is
+    kept under (a new structure or value is a new signature)."""
+    if isinstance(args, Tensor):
+        out.append(args)
+        d = args.data
+        return ("t", d.shape, d.dtype.str, args.requires_grad, type(d))
+    if is_array(args):
+        out.append(args)
+        return ("a", args.shape, args.dtype.str, type(args))
+    if isinstance(args, (tuple, list)):
+        return (type(args), tuple(_leaves(a, out) for a in args))
+    if isinstance(args, dict):
+        return (dict, tuple((k, _leaves(v, out)) for k, v in args.items()))
+    try:
+        hash(args)
+    except TypeError:
+        raise TraceError(
+            f"compile: an argument of type {type(args).__name__} is neither an array, a "
+            f"tensor, a tuple, list or dict of them, nor hashable; pass arrays/Tensors, or "
+            f"close over the value"
+        ) from None
+    return ("v", args)
+
+
 def _signature(args) -> tuple:
-    key = []
-    for a in args:
-        if isinstance(a, Tensor):
-            key.append(("t", a.data.shape, a.data.dtype.str, a.requires_grad, type(a.data)))
-        elif is_array(a):
-            key.append(("a", a.shape, a.dtype.str, type(a)))
+    leaves: list = []
+    return _leaves(args, leaves), leaves
+
+
+def _rebuild(args, new: list):
+    """``args`` with its arrays and tensors replaced, in order, by ``new``'s (consumed)."""
+    if isinstance(args, Tensor) or is_array(args):
+        return new.pop(0)
+    if isinstance(args, (tuple, list)):
+        items = [_rebuild(a, new) for a in args]
+        return type(args)(*items) if hasattr(args, "_fields") else type(args)(items)
+    if isinstance(args, dict):
+        return type(args)((k, _rebuild(v, new)) for k, v in args.items())
+    return args
+
+
+def _difference(old: tuple, new: tuple, where: str = "the arguments") -> str | None:
+    """What differs between two signatures, in words (None if only array shapes do)."""
+    if old == new:
+        return None
+    if old[0] == "v" or new[0] == "v":
+        if old[0] == new[0] == "v":
+            return f"{where} changed from {old[1]!r} to {new[1]!r}"
+        return f"{where} changed kind"
+    if old[0] in ("t", "a") or new[0] in ("t", "a"):
+        return None  # an array of another shape or dtype: a plan of its own is expected
+    if old[0] is not new[0] or len(old[1]) != len(new[1]):
+        return f"the structure of {where} changed"
+    for k, (a, b) in enumerate(zip(old[1], new[1])):
+        if old[0] is dict:
+            if a[0] != b[0]:
+                return f"the keys of {where} changed"
+            d = _difference(a[1], b[1], f"{where}[{a[0]!r}]")
         else:
-            try:
-                hash(a)
-            except TypeError:
-                raise TraceError(
-                    f"compile: argument of type {type(a).__name__} is neither an array nor "
-                    f"hashable; pass arrays/Tensors, or close over the value"
-                ) from None
-            key.append(("v", a))
-    return tuple(key)
+            d = _difference(a, b, f"argument {k}" if where == "the arguments" else f"{where}[{k}]")
+        if d is not None:
+            return d
+    return None
 
 
 class _Guards:
@@ -481,14 +555,18 @@ MAX_PLANS = 8
 """Plans kept per input signature (one per train/eval mode, say); the oldest goes first."""
 RETRACE_WARNING = 10
 """Re-traces of one function after which a warning says that tracing keeps repeating."""
+CHURN_WARNING = 5
+"""Calls in a row that each traced (none replayed) after which a warning says why."""
 
 
 class _Pool:
     """Memory blocks that values of a plan share over time: a value takes the smallest free
-    block that holds it (or a new one) and gives it back after its last reader."""
+    block that holds it (or a new one) and gives it back after its last reader. Free blocks are
+    kept sorted by size per device, so taking and giving back cost a binary search (tracing
+    stays linear in the number of operations)."""
 
     def __init__(self):
-        self.free: list[np.ndarray] = []  # uint8 blocks, sorted by size
+        self.free: dict = {}  # device -> ([sizes], [uint8 blocks]), sorted by size
         self.allocated = 0
 
     def take(self, like: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -496,10 +574,11 @@ class _Pool:
         if like.nbytes == 0:
             return np.empty_like(like), None
         dev = device_of(like)
-        for i, block in enumerate(self.free):
-            if block.nbytes >= like.nbytes and device_of(block) is dev:
-                del self.free[i]
-                break
+        sizes, blocks = self.free.setdefault(dev, ([], []))
+        i = bisect.bisect_left(sizes, like.nbytes)
+        if i < len(sizes):
+            del sizes[i]
+            block = blocks.pop(i)
         else:
             block = dev.xp.empty(like.nbytes, np.uint8)
             self.allocated += like.nbytes
@@ -507,8 +586,10 @@ class _Pool:
 
     def give(self, block: np.ndarray | None) -> None:
         if block is not None:
-            self.free.append(block)
-            self.free.sort(key=lambda b: b.nbytes)
+            sizes, blocks = self.free.setdefault(device_of(block), ([], []))
+            i = bisect.bisect_right(sizes, block.nbytes)  # after equal sizes: oldest first
+            sizes.insert(i, block.nbytes)
+            blocks.insert(i, block)
 
 
 def _laid_out_like(like: np.ndarray, block: np.ndarray) -> np.ndarray:
@@ -580,10 +661,12 @@ class Plan:
         pool, blocks = _Pool(), {}
         program: list[Callable] = []
         labels: list[str] = []  # what each step is, for profiles (benchmarks/profile_step.py)
+        checks: list = []  # (equation, input arrays, output arrays) of each step, for anomalies
 
-        def emit(step: Callable, label: str) -> None:
+        def emit(step: Callable, label: str, check=None) -> None:
             program.append(step)
             labels.append(label)
+            checks.append(check)
 
         for i, e in enumerate(events):
             if isinstance(e, Eq):
@@ -591,7 +674,11 @@ class Plan:
                 k = views.get(e.outs[0])
                 if k is not None and e.prim.effect:  # it writes into that input (tg.assign)
                     self.vals[e.outs[0]] = ins[k]
-                    emit(functools.partial(e.prim.forward, *ins, **e.attrs), _label(e, ins))
+                    emit(
+                        functools.partial(e.prim.forward, *ins, **e.attrs),
+                        _label(e, ins),
+                        (e, ins, [ins[k]]),
+                    )
                     self._release(dies, i, pool, blocks)
                     continue
                 if k is not None:  # a view of an input: taken once, here
@@ -611,7 +698,7 @@ class Plan:
                     else:
                         self.vals[v], blocks[v] = pool.take(trace.values[v])
                     outs.append(self.vals[v])
-                emit(_bound(e, ins, outs), _label(e, ins))
+                emit(_bound(e, ins, outs), _label(e, ins), (e, ins, outs))
                 if not e.prim.writes_out:
                     self.allocating.append(e.prim.name)
             elif isinstance(e, Sink):
@@ -627,7 +714,7 @@ class Plan:
             else:
                 emit(e.fn, "call " + getattr(e.fn, "__qualname__", "?"))
             self._release(dies, i, pool, blocks)
-        self.program, self.labels = program, labels
+        self.program, self.labels, self.checks = program, labels, checks
         self.buffer_bytes = pool.allocated
         self.ext_arrays = list({id(t): (t, a) for t, a in self.ext_arrays}.values())
 
@@ -753,16 +840,33 @@ class Plan:
                 return f"the array of a {type(t).__name__} of shape {t.data.shape} was replaced"
         return None
 
-    def run(self, args):
-        inputs = iter(self.input_vals)
-        for a in args:
-            if isinstance(a, Tensor):
-                np.copyto(next(inputs), a.data)
-            elif is_array(a):
-                np.copyto(next(inputs), a)
-        for step in self.program:
-            step()
+    def run(self, leaves):
+        for buf, a in zip(self.input_vals, leaves):
+            np.copyto(buf, a.data if isinstance(a, Tensor) else a)
+        if anomaly._Mode.enabled:
+            self._run_checked()
+        else:
+            for step in self.program:
+                step()
         return _unflatten(self.out_spec, self)
+
+    def _run_checked(self) -> None:
+        """A replay under ``detect_anomaly()``: the first equation that turns finite inputs
+        into a NaN or Inf raises :class:`AnomalyError` naming it and where it was traced."""
+        for step, check in zip(self.program, self.checks):
+            step()
+            if check is None:
+                continue
+            e, ins, outs = check
+            bad = next((o for o in outs if not anomaly._finite(o)), None)
+            if bad is None or not all(anomaly._finite(a) for a in ins):
+                continue
+            what = "NaN" if np.isnan(bad).any() else "Inf"
+            raise anomaly.AnomalyError(
+                f"{e.prim.name} produced {what} in a compiled replay from finite inputs "
+                f"(input shapes: {anomaly._describe(ins)}), recorded at {e.site} "
+                f"(a line that calls backward() means the backward pass)"
+            )
 
 
 def _label(e: Eq, ins: list) -> str:
@@ -876,10 +980,6 @@ def _spec_vars(spec):
             yield from _spec_vars(s)
 
 
-def _is_array(a) -> bool:
-    return isinstance(a, Tensor) or is_array(a)
-
-
 def _flatten_outputs(out, trace: Trace):
     """Describe ``fn``'s return value so replays rebuild it from the plan's values."""
     if isinstance(out, Tensor):
@@ -921,59 +1021,74 @@ class CompiledFunction:
         self.plans: dict[tuple, list[Plan]] = {}
         self.retraces: list[str] = []
         self._warned = False
+        self._last_key = None
+        self._fresh = 0  # calls in a row that traced instead of replaying
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args):
-        key = _signature(args)
+        key, leaves = _signature(args)
         plans = self.plans.get(key)
+        reason = None
         if plans:
             plan = plans[-1]  # the newest plan is the one the last call used (usually)
             reason = plan.stale()
             if reason is None:
-                return plan.run(args)
+                self._fresh, self._last_key = 0, key
+                return plan.run(leaves)
             for other in plans[:-1]:
                 if other.stale() is None:
                     plans.remove(other)
                     plans.append(other)
-                    return other.run(args)
-            self._note_retrace(reason)
-        return self._trace(key, args)
+                    self._fresh, self._last_key = 0, key
+                    return other.run(leaves)
+        elif self._last_key is not None:
+            reason = _difference(self._last_key, key)
+            if reason is not None:
+                reason = f"a new input signature: {reason}"
+        self._note_trace(reason, key)
+        return self._trace(key, args, leaves)
 
-    def _note_retrace(self, reason: str) -> None:
-        self.retraces.append(reason)
-        if len(self.retraces) >= RETRACE_WARNING and not self._warned:
+    def _note_trace(self, reason: str | None, key) -> None:
+        self._fresh += 1
+        self._last_key = key
+        if reason is not None:
+            self.retraces.append(reason)
+        if self._warned:
+            return
+        if len(self.retraces) >= RETRACE_WARNING or self._fresh >= CHURN_WARNING:
             self._warned = True
+            last = reason or "the input arrays' shapes or dtypes changed"
             warnings.warn(
-                f"compile: {getattr(self.fn, '__qualname__', 'the function')} was traced again "
-                f"{len(self.retraces)} times, last because {reason}; each trace runs the step "
-                f"slowly and builds a new plan. Pass values that change every call as array "
-                f"arguments",
+                f"compile: {getattr(self.fn, '__qualname__', 'the function')} was traced "
+                f"{self._fresh if self._fresh >= CHURN_WARNING else len(self.retraces)} times "
+                f"{'in a row' if self._fresh >= CHURN_WARNING else 'again'}, last because "
+                f"{last}; each trace runs the step slowly and builds a new plan. Pass values "
+                f"that change every call as array arguments",
                 RuntimeWarning,
                 stacklevel=3,
             )
 
-    def _trace(self, key, args):
+    def _trace(self, key, args, leaves):
         if _tensor_mod._TRACING.active is not None:
             raise TraceError("compile: a compiled function called while another is tracing")
         _check_assignments(self.fn)
         trace = Trace()
-        call_args, inputs = [], []
+        inputs = []
         for k, a in enumerate(args):
-            if isinstance(a, Tensor) and a.requires_grad:
+            inside: list = []
+            _leaves(a, inside)
+            if any(isinstance(t, Tensor) and t.requires_grad for t in inside):
                 raise TraceError(
                     f"compile: argument {k} requires grad; a compiled function's arguments are "
                     f"data copied into the plan, so their gradients would be lost. Close over "
                     f"tensors you differentiate (parameters), or pass .detach()"
                 )
-        for a in args:
-            if _is_array(a):
-                data = a.data if isinstance(a, Tensor) else a
-                t = Tensor._make(xp_of(data).array(data, copy=True), None, False)
-                trace.inputs.append(trace.new_var(t))
-                inputs.append(t)
-                call_args.append(t)
-            else:
-                call_args.append(a)
+        for a in leaves:
+            data = a.data if isinstance(a, Tensor) else a
+            t = Tensor._make(xp_of(data).array(data, copy=True), None, False)
+            trace.inputs.append(trace.new_var(t))
+            inputs.append(t)
+        call_args = _rebuild(args, list(inputs))
         captured = _captured(self.fn)
         for _, get in captured:
             value = get()

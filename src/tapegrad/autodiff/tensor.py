@@ -139,8 +139,14 @@ class Tensor:
 
     @property
     def grad(self):
-        """The accumulated gradient (an ndarray shaped like ``data``), or None."""
-        return self._grad
+        """The accumulated gradient (an ndarray shaped like ``data``), or None. Inside a
+        compiled step being traced, a view whose arithmetic replays recompute from the live
+        gradient (see ``autodiff/traced_grads.py``)."""
+        g = self._grad
+        trace = _TRACING.active
+        if g is None or trace is None:
+            return g
+        return trace.read_grad(self)
 
     @grad.setter
     def grad(self, value) -> None:
