@@ -1,5 +1,5 @@
 """Compiled plans never replay stale state or skip work: guards re-trace, tracing refuses what a
-replay could not repeat (see tapegrad/autodiff/plan.py's module docstring)."""
+replay could not repeat (see tapegrad/autodiff/plan/__init__.py's docstring)."""
 
 import numpy as np
 import pytest

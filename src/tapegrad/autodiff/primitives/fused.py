@@ -5,7 +5,7 @@ same arithmetic, so its results are the same bits: a Linear layer's bias add the
 (``bias_relu``), and ReLU then max pooling (``relu_max_pool``). Eager code never calls them; a
 compiled plan does, where :data:`FUSIONS` says so: when a traced step calls ``backward()``,
 every pair of nodes that the table names, whose intermediate value feeds the second alone, is
-rewritten into one node of the fused primitive (see ``Trace.fuse`` in ``plan.py``), and the
+rewritten into one node of the fused primitive (see ``plan/fusion.py``), and the
 backward pass then runs the fused primitive's rule. The first of the two equations stays in the
 plan only if something else reads its output.
 
