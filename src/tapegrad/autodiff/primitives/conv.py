@@ -35,6 +35,7 @@ import numpy as np
 from ..backend import as_strided, cuda_kernels, is_array, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels import add_channel_bias, add_into, add_taps
+from ..kernels.im2col import col2im, im2col
 from . import samples as S
 from .registry import Sample, differentiating, primitive, run, scratch
 
@@ -132,7 +133,36 @@ def _cols_shape(x_shape, ksize, out_shape) -> tuple:
     return (x_shape[1] * math.prod(ksize), x_shape[0], math.prod(out_shape))
 
 
+def _compiled(x, padding) -> bool:
+    """Whether the compiled im2col/col2im kernels serve ``x``: a CPU float array, 1-d or 2-d
+    (any padding: the kernels take the leading side, the trailing one follows from the
+    shapes)."""
+    return type(x) is np.ndarray and x.dtype.kind == "f" and x.ndim in (3, 4)
+
+
+def _as4(a: np.ndarray) -> np.ndarray:
+    return a[:, :, None, :] if a.ndim == 3 else a
+
+
+def _pairs2(stride, padding, dilation) -> tuple:
+    """The geometry as the 2-d kernels take it (a 1-d convolution is one of height 1)."""
+    if len(stride) == 1:
+        return (1, stride[0]), (0, padding[0][0]), (1, dilation[0])
+    return tuple(stride), (padding[0][0], padding[1][0]), tuple(dilation)
+
+
+def _cols6(cols, ksize, n, out_shape) -> np.ndarray:
+    k2 = (1, *ksize) if len(ksize) == 1 else tuple(ksize)
+    o2 = (1, *out_shape) if len(out_shape) == 1 else tuple(out_shape)
+    return cols.reshape((cols.shape[0] // math.prod(k2), *k2, n, *o2))
+
+
 def _im2col(x, ksize, stride, padding, dilation, out_shape, cols, ws) -> np.ndarray:
+    if _compiled(x, padding):
+        im2col(
+            _as4(x), _cols6(cols, ksize, x.shape[0], out_shape), *_pairs2(stride, padding, dilation)
+        )
+        return cols
     buf = None
     if ws is not None and any(lo or hi for lo, hi in padding):
         buf = ws.array("xp", _padded_shape(x.shape, padding), x.dtype, like=x)
@@ -349,15 +379,23 @@ def direct_backward_sparse(g) -> bool:
     return 4 * np.count_nonzero(g) <= g.size
 
 
-def _input_grad(g, gt, w, target, stride, dilation, groups, ws, cols_shape):
-    """``target`` (the padded input's shape) <- col2im(W^T g), zeroed first; ``gt`` is g as
-    (O, N*prod(out)) (``_by_channel``): one GEMM per group over the whole batch."""
+def _input_grad(g, gt, w, gx, stride, padding, dilation, groups, ws, cols_shape):
+    """``gx`` (the input's shape) <- col2im(W^T g); ``gt`` is g as (O, N*prod(out))
+    (``_by_channel``): one GEMM per group over the whole batch."""
     o = w.shape[0]
     gcols = scratch(ws, "gcols", cols_shape, g.dtype, like=g)
     wt = np.swapaxes(_grouped(w.reshape(o, -1), groups, 0), 1, 2)  # (G, C/G*K, O/G)
     np.matmul(wt, _grouped(gt, groups, 0), out=gcols.reshape(groups, -1, gt.shape[1]))
+    if _compiled(gx, padding):
+        cols6 = _cols6(gcols, w.shape[2:], gx.shape[0], g.shape[2:])
+        col2im(cols6, _as4(gx), *_pairs2(stride, padding, dilation))
+        return
+    padded = any(lo or hi for lo, hi in padding)
+    target = scratch(ws, "gxp", _padded_shape(gx.shape, padding), g.dtype, like=g) if padded else gx
     target.fill(0)
     _col2im(gcols, target, w.shape[2:], stride, dilation, g.shape[2:])
+    if target is not gx:
+        np.copyto(gx, target[_interior(padding, gx.shape)])
 
 
 def _weight_grad(gt, cols, gw, groups, ws) -> None:
@@ -403,16 +441,14 @@ def _conv_backward_fwd(
         return grads
     if gb is not None:
         np.sum(g, axis=(0,) + tuple(range(2, g.ndim)), out=gb)
-    padded = any(lo or hi for lo, hi in padding)
-    target = None
-    if gx is not None:
-        shape = _padded_shape(x.shape, padding)
-        target = scratch(ws, "gxp", shape, g.dtype, like=g) if padded else gx
     if _shifted(x, stride, dilation, groups):
         xp = saved[0] if saved else x
         length = g.shape[2]
         wk = _taps(w, ws)
         if gx is not None:
+            padded = any(lo or hi for lo, hi in padding)
+            shape = _padded_shape(x.shape, padding)
+            target = scratch(ws, "gxp", shape, g.dtype, like=g) if padded else gx
             target.fill(0)
             tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype, like=g)
             kernels = cuda_kernels(g)
@@ -420,6 +456,8 @@ def _conv_backward_fwd(
                 (kernels.add_into if kernels else add_into)(
                     target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp)
                 )
+            if target is not gx:
+                np.copyto(gx, target[_interior(padding, x.shape)])
         if gw is not None:
             tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype, like=g)
             for k in range(w.shape[2]):
@@ -432,11 +470,9 @@ def _conv_backward_fwd(
         (cols,) = saved
         gt = _by_channel(g, ws)
         if gx is not None:
-            _input_grad(g, gt, w, target, stride, dilation, groups, ws, cols.shape)
+            _input_grad(g, gt, w, gx, stride, padding, dilation, groups, ws, cols.shape)
         if gw is not None:
             _weight_grad(gt, cols, gw, groups, ws)
-    if gx is not None and target is not gx:
-        np.copyto(gx, target[_interior(padding, x.shape)])
     return grads
 
 
@@ -501,14 +537,7 @@ def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, ou
     shape = (n, c) + tuple(size)
     res = xp_of(y).empty(shape, y.dtype) if out is None else out
     cols_shape = _cols_shape(shape, w.shape[2:], y.shape[2:])
-    target = (
-        scratch(ws, "xp", _padded_shape(shape, padding), y.dtype, like=y)
-        if any(lo or hi for lo, hi in padding)
-        else res
-    )
-    _input_grad(y, _by_channel(y, ws), w, target, stride, dilation, groups, ws, cols_shape)
-    if target is not res:
-        np.copyto(res, target[_interior(padding, shape)])
+    _input_grad(y, _by_channel(y, ws), w, res, stride, padding, dilation, groups, ws, cols_shape)
     if bias:
         r3 = res.reshape(n, c, -1)
         _channel_bias(r3, bias[0])
