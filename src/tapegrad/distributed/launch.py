@@ -4,6 +4,16 @@ The ranks get ``cores // N`` threads each (numba, OpenMP and BLAS thread counts 
 their environment, before anything imports), so ranks x threads = cores. Each rank writes its
 process id to a folder the launcher made; when a rank dies, ``mpiexec`` stops the others and
 prints the dead process's id, and the launcher turns that id back into the rank's number.
+
+A rank that stops answering without dying (stopped by SIGSTOP, frozen, starved) would leave the
+others spinning in their next collective forever, and ``mpiexec`` sees nothing wrong. So each
+rank also beats: a thread of its own touches its pid file every ``timeout / 6`` seconds (at
+most every second), whatever its main thread is doing (a collective, a kernel, compilation).
+The launcher's watchdog reads the files' ages; a rank still alive whose file is older than the
+timeout (``--rank-timeout``, :data:`DEFAULT_RANK_TIMEOUT` seconds) is named in one line and the
+job ends: the silent rank is killed, ``mpiexec`` stops the others, and the launcher exits
+:data:`EXIT_STALLED`. Checkpoints are written atomically by rank 0 between steps, so the last one
+is intact and ``--resume`` continues from it.
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ THREAD_VARIABLES = (
     "BLIS_NUM_THREADS",
 )
 PID_DIR_VARIABLE = "TAPEGRAD_RANK_PIDS"
+TIMEOUT_VARIABLE = "TAPEGRAD_RANK_TIMEOUT"
+DEFAULT_RANK_TIMEOUT = 60.0
+EXIT_STALLED = 124  # as timeout(1)
+START_GRACE = 30.0  # seconds a rank may start after the first one, on top of the timeout
 _BANNER = re.compile(r"PID (\d+) RUNNING AT (\S+)")
 _EXIT = re.compile(r"EXIT CODE: (\d+)")
 _EXIT_STRING = re.compile(r"EXIT STRING: (.+?)\s*$")
@@ -55,23 +69,69 @@ def thread_env(threads: int) -> dict[str, str]:
 
 
 def record_pid(rank: int) -> None:
-    """Under the launcher, note this rank's process id where the launcher looks for it."""
+    """Under the launcher, note this rank's process id where the launcher looks for it, and
+    start beating (see the module's doc)."""
     folder = os.environ.get(PID_DIR_VARIABLE)
     if folder:
         from ..serialization import atomic_file
 
+        path = Path(folder, f"rank-{rank}.pid")
         try:
-            with atomic_file(Path(folder, f"rank-{rank}.pid")) as f:  # never half a number
+            with atomic_file(path) as f:  # never half a number
                 f.write(str(os.getpid()).encode())
         except OSError:  # the launcher's folder is gone: nothing to report to
+            return
+        _start_heartbeat(path, rank_timeout_from_env())
+
+
+def rank_timeout_from_env() -> float:
+    try:
+        value = float(os.environ.get(TIMEOUT_VARIABLE, ""))
+    except ValueError:
+        return DEFAULT_RANK_TIMEOUT
+    return value if value > 0 else DEFAULT_RANK_TIMEOUT
+
+
+def heartbeat_interval(timeout: float) -> float:
+    return min(1.0, max(timeout / 6, 0.02))
+
+
+def _start_heartbeat(path: Path, timeout: float) -> None:
+    """Touch ``path`` every :func:`heartbeat_interval` seconds from a daemon thread; at exit,
+    leave ``rank-R.done`` beside it (a rank waiting in ``MPI_Finalize`` for slower ranks beats
+    no more, and is not stalled)."""
+    import atexit
+    import threading
+
+    interval = heartbeat_interval(timeout)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(interval):
+            try:
+                os.utime(path)
+            except OSError:  # the launcher is gone
+                return
+
+    def finish() -> None:
+        done.set()
+        try:
+            path.with_suffix(".done").touch()
+        except OSError:
             pass
 
+    threading.Thread(target=beat, name="tapegrad-heartbeat", daemon=True).start()
+    atexit.register(finish)
 
-def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
+
+def run_ranks(
+    ranks: int, argv: list[str], command: str = "train", timeout: float = DEFAULT_RANK_TIMEOUT
+) -> int:
     """Run ``python -m tapegrad ARGV`` as ``ranks`` MPI ranks; return the job's exit status.
 
     Standard output passes through line by line; if a rank dies, one line naming it follows
-    ``mpiexec``'s own report.
+    ``mpiexec``'s own report. A rank silent for ``timeout`` seconds ends the job (exit
+    :data:`EXIT_STALLED`), named in one line.
     """
     mpiexec = find_mpiexec()
     if mpiexec is None:
@@ -88,6 +148,7 @@ def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
     threads = threads_per_rank(ranks)
     with tempfile.TemporaryDirectory(prefix="tapegrad-ranks-") as pids:
         env = {**os.environ, **thread_env(threads), PID_DIR_VARIABLE: pids}
+        env[TIMEOUT_VARIABLE] = repr(float(timeout))
         cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "tapegrad", *argv]
         # mpiexec runs in a session of its own: a terminal's Ctrl-C (sent to the whole
         # foreground process group) reaches this process alone, which hands mpiexec exactly
@@ -98,6 +159,8 @@ def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
             cmd, env=env, stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True
         )
         relay = {s: _relay_to(proc, s) for s in _RELAYED}
+        watchdog = Watchdog(proc, Path(pids), ranks, timeout)
+        watchdog.start()
         dead_pid = exit_code = exit_string = None
         try:
             assert proc.stdout is not None
@@ -112,12 +175,16 @@ def run_ranks(ranks: int, argv: list[str], command: str = "train") -> int:
                     exit_string = m.group(1)
             rc = proc.wait()
         finally:
+            watchdog.stop()
             for s, previous in relay.items():
                 if previous is not None:
                     signal.signal(s, previous)
             if proc.poll() is None:  # leaving on an error of our own: take the ranks along
                 proc.kill()
                 proc.wait()
+        if watchdog.verdict is not None:
+            print(f"tapegrad {command}: {watchdog.verdict}", file=sys.stderr, flush=True)
+            return EXIT_STALLED
         if rc != 0 and dead_pid is not None:
             rank = _rank_of(Path(pids), dead_pid)
             who = f"rank {rank} (pid {dead_pid})" if rank is not None else f"pid {dead_pid}"
@@ -157,3 +224,103 @@ def _rank_of(folder: Path, pid: int) -> int | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+class Watchdog:
+    """Ends the job when a live rank's heartbeat is older than ``timeout`` (see the module's
+    doc); :attr:`verdict` then says which rank, in words."""
+
+    def __init__(self, proc: subprocess.Popen, folder: Path, ranks: int, timeout: float):
+        import threading
+
+        self.proc, self.folder, self.ranks, self.timeout = proc, folder, ranks, timeout
+        self.verdict: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tapegrad-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        import time
+
+        first_seen = None
+        while not self._stop.wait(heartbeat_interval(self.timeout)):
+            now = time.time()
+            beats = {r: _heartbeat(self.folder, r) for r in range(self.ranks)}
+            if first_seen is None and any(b is not None for b in beats.values()):
+                first_seen = now
+            silent = []
+            for r, beat in beats.items():
+                if beat is None:
+                    if first_seen is not None and now - first_seen > self.timeout + START_GRACE:
+                        silent.append((r, None, now - first_seen))
+                elif beat[1] is not None and now - beat[1] > self.timeout and _alive(beat[0]):
+                    silent.append((r, beat[0], now - beat[1]))
+            if silent:
+                self._end(silent)
+                return
+
+    def _end(self, silent: list) -> None:
+        """Name the silent ranks, kill them (a stopped process dies of SIGKILL too), and make
+        sure ``mpiexec`` and every rank follow within seconds."""
+        import time
+
+        names = ", ".join(
+            f"rank {r} (pid {pid})" if pid is not None else f"rank {r} (never started)"
+            for r, pid, _ in silent
+        )
+        quiet = max(age for *_, age in silent)
+        self.verdict = (
+            f"{names} stopped answering (no heartbeat for {quiet:.0f} s, --rank-timeout "
+            f"{self.timeout:g}); stopped every rank"
+        )
+        for _, pid, _ in silent:
+            if pid is not None:
+                _kill(pid)
+        deadline = time.monotonic() + 10
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.proc.poll() is None:  # mpiexec did not stop the others: end them all
+            for r in range(self.ranks):
+                beat = _heartbeat(self.folder, r)
+                if beat is not None:
+                    _kill(beat[0])
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _heartbeat(folder: Path, rank: int) -> tuple[int, float | None] | None:
+    """(pid, time of the last beat; None once the rank finished) of ``rank``, None before it
+    started."""
+    path = folder / f"rank-{rank}.pid"
+    try:
+        pid = int(path.read_text())
+        beat = path.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    return pid, None if path.with_suffix(".done").exists() else beat
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs or is stopped (not gone, not a zombie): a dead rank is
+    ``mpiexec``'s to report."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
