@@ -65,6 +65,7 @@ def worker(barrier: str | None, slot: int = 0, steps: int = 3) -> str:
 @dataclass
 class Round:
     seconds: float
+    cpu_seconds: float  # user + system time of the round's processes, all together
     codes: list[int]
     digests: list[str]
     warm_code: int
@@ -96,6 +97,13 @@ def _finish(p: subprocess.Popen, errors: list[str], timeout: float) -> tuple[int
     return p.returncode, out.strip().splitlines()[-1] if out.strip() else ""
 
 
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def one_round(procs: int, mode: str, timeout: float = 300) -> Round:
     """Start ``procs`` workers at once on an empty cache, then one warm worker."""
     with tempfile.TemporaryDirectory(prefix="tg-cold-") as tmp:
@@ -106,7 +114,7 @@ def one_round(procs: int, mode: str, timeout: float = 300) -> Round:
             env["TAPEGRAD_KERNEL_LOCK"] = "0"
         barrier = Path(tmp) / "barrier"
         barrier.mkdir()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu()
         started = []
         for i in range(procs):
             own = {"NUMBA_CACHE_DIR": str(Path(tmp) / f"cache-{i}")} if mode == "private" else {}
@@ -121,15 +129,21 @@ def one_round(procs: int, mode: str, timeout: float = 300) -> Round:
         errors: list[str] = []
         results = [_finish(p, errors, timeout) for p in started]
         seconds = time.perf_counter() - t0
+        cpu = _children_cpu() - cpu0
         warm_code, warm_digest = _finish(_start(env, None), errors, timeout)
     return Round(
         seconds,
+        cpu,
         [c for c, _ in results],
         [d for _, d in results],
         warm_code,
         warm_digest,
         errors,
     )
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2] if xs else 0.0
 
 
 def campaign(rounds: int, procs: int = 8, mode: str = "locked", log=print) -> dict:
@@ -142,7 +156,10 @@ def campaign(rounds: int, procs: int = 8, mode: str = "locked", log=print) -> di
         done.append(res)
         if log:
             state = "ok" if res.ok else "FAILED " + "; ".join(res.errors)
-            log(f"round {r + 1}/{rounds}: {procs} processes in {res.seconds:.1f} s, {state}")
+            log(
+                f"round {r + 1}/{rounds}: {procs} processes in {res.seconds:.1f} s "
+                f"({res.cpu_seconds:.1f} CPU s), {state}"
+            )
     codes = Counter(c for r in done for c in r.codes + [r.warm_code])
     return {
         "mode": mode,
@@ -152,7 +169,8 @@ def campaign(rounds: int, procs: int = 8, mode: str = "locked", log=print) -> di
         "rounds_ok": sum(r.ok for r in done),
         "exit_codes": {str(k): v for k, v in sorted(codes.items())},
         "distinct_results": len({d for r in done for d in r.digests + [r.warm_digest]}),
-        "median_round_seconds": sorted(r.seconds for r in done)[len(done) // 2] if done else 0.0,
+        "median_round_seconds": _median([r.seconds for r in done]),
+        "median_round_cpu_seconds": _median([r.cpu_seconds for r in done]),
         "details": [asdict(r) for r in done],
     }
 

@@ -87,23 +87,47 @@ def test_the_watchdog_spares_finished_and_dead_ranks_and_kills_a_silent_one(tmp_
         _rank_file(tmp_path, 1, finished.pid, 30, done=True)
         _rank_file(tmp_path, 2, dead.pid, 30)
         _rank_file(tmp_path, 3, silent.pid, 30)
-        dog = launch.Watchdog(job, tmp_path, 4, timeout=0.6)
-        beating = time.monotonic() + 20
-        dog.start()
-        while job.poll() is None and time.monotonic() < beating:
-            _rank_file(tmp_path, 0, job.pid, 0)  # keeps beating
-            time.sleep(0.05)
-            if dog.verdict:
-                job.kill()  # what mpiexec does when a rank is killed
-        dog.stop()
-        assert dog.verdict is not None and dog.verdict.startswith(
+        verdict = _watch(tmp_path, job, 4, timeout=0.6)
+        assert verdict is not None and verdict.startswith(
             f"rank 3 (pid {silent.pid}) stopped answering (no heartbeat for 30 s, "
             f"--rank-timeout 0.6)"
-        ), dog.verdict
+        ), verdict
         assert silent.wait(5) == -signal.SIGKILL
         assert finished.poll() is None  # spared
     finally:
         for p in (job, finished, silent):
+            p.kill()
+            p.wait()
+
+
+def _watch(folder, job, ranks: int, timeout: float) -> str | None:
+    """Run a watchdog over ``folder`` while rank 0 (``job``) beats; its verdict."""
+    dog = launch.Watchdog(job, folder, ranks, timeout=timeout)
+    until = time.monotonic() + 20
+    dog.start()
+    while job.poll() is None and time.monotonic() < until:
+        _rank_file(folder, 0, job.pid, 0)  # keeps beating
+        time.sleep(0.05)
+        if dog.verdict:
+            job.kill()  # what mpiexec does when a rank is killed
+    dog.stop()
+    return dog.verdict
+
+
+def test_a_stopped_rank_is_named_even_after_it_finished(tmp_path):
+    """A rank stopped in MPI_Finalize (it finished, so it beats no more) holds the others
+    there: stopped for longer than the timeout, it is named all the same."""
+    job, stopped = _sleeper(), _sleeper()
+    try:
+        stopped.send_signal(signal.SIGSTOP)
+        _rank_file(tmp_path, 1, stopped.pid, 0, done=True)
+        t0 = time.monotonic()
+        verdict = _watch(tmp_path, job, 2, timeout=0.5)
+        assert verdict is not None and verdict.startswith(f"rank 1 (pid {stopped.pid}) stopped")
+        assert 0.5 <= time.monotonic() - t0 < 10
+        assert stopped.wait(5) == -signal.SIGKILL
+    finally:
+        for p in (job, stopped):
             p.kill()
             p.wait()
 

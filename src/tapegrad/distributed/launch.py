@@ -248,7 +248,7 @@ class Watchdog:
     def _watch(self) -> None:
         import time
 
-        first_seen = None
+        first_seen, stopped_since = None, {}
         while not self._stop.wait(heartbeat_interval(self.timeout)):
             now = time.time()
             beats = {r: _heartbeat(self.folder, r) for r in range(self.ranks)}
@@ -259,8 +259,18 @@ class Watchdog:
                 if beat is None:
                     if first_seen is not None and now - first_seen > self.timeout + START_GRACE:
                         silent.append((r, None, now - first_seen))
-                elif beat[1] is not None and now - beat[1] > self.timeout and _alive(beat[0]):
-                    silent.append((r, beat[0], now - beat[1]))
+                    continue
+                pid, last = beat
+                state = _state(pid)
+                # a stopped process counts from when it was first seen stopped, even once it
+                # finished (a rank stopped in MPI_Finalize holds the others there)
+                since = stopped_since.setdefault(pid, now) if state == "stopped" else None
+                if since is None:
+                    stopped_since.pop(pid, None)
+                if since is not None and now - since > self.timeout:
+                    silent.append((r, pid, now - min(since, last or since)))
+                elif last is not None and now - last > self.timeout and state == "running":
+                    silent.append((r, pid, now - last))
             if silent:
                 self._end(silent)
                 return
@@ -308,15 +318,18 @@ def _heartbeat(folder: Path, rank: int) -> tuple[int, float | None] | None:
     return pid, None if path.with_suffix(".done").exists() else beat
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs or is stopped (not gone, not a zombie): a dead rank is
-    ``mpiexec``'s to report."""
+def _state(pid: int) -> str:
+    """ "running" (or sleeping), "stopped" (SIGSTOP, a debugger) or "gone" (exited, a zombie:
+    a dead rank is ``mpiexec``'s to report)."""
     import psutil
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        status = psutil.Process(pid).status()
     except psutil.Error:
-        return False
+        return "gone"
+    if status == psutil.STATUS_ZOMBIE:
+        return "gone"
+    return "stopped" if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP) else "running"
 
 
 def _kill(pid: int) -> None:
