@@ -9,6 +9,7 @@ not a hang.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -113,6 +114,92 @@ def test_a_holder_that_never_lets_go_costs_a_warning_not_a_hang(tmp_path, monkey
     index = Path(path[: -len(".lock")])
     assert not index.exists()  # nothing was saved beside a lock it did not hold
     assert probe.twice._cache.__class__.__name__ != "NullCache"  # the cache is back for later
+
+
+_PROBE = """
+from tapegrad.autodiff.kernels.jit import cached_jit
+
+def make(c):
+    @cached_jit
+    def add(x):
+        return x + c
+
+    return add
+"""
+
+# One process of the race: it compiles ``add`` with ``c`` = argv[2]; numba's save is held
+# between choosing the data file's number and writing the index until the other process gets
+# there too (or has finished, or 3 s pass), then the index and data writes are spaced so that
+# the last index comes from process 2 and the last data file from process 1.
+_RACER = """
+import sys, time
+from pathlib import Path
+from numba.core import caching
+
+folder, c = Path(sys.argv[1]), int(sys.argv[2])
+cache_file = caching.IndexDataCacheFile
+save_index, save_data = cache_file._save_index, cache_file._save_data
+
+def held_index(self, overloads):
+    (folder / f"at-{c}").touch()
+    other, until = 3 - c, time.monotonic() + 3
+    while not any((folder / f"{s}-{other}").exists() for s in ("at", "done")):
+        if time.monotonic() > until:
+            break
+        time.sleep(0.005)
+    time.sleep(0.2 * (c - 1))
+    save_index(self, overloads)
+
+def late_data(self, name, data):
+    time.sleep(0.5 * (2 - c))
+    save_data(self, name, data)
+
+cache_file._save_index = held_index
+cache_file._save_data = late_data
+sys.path.insert(0, str(folder))
+import probe
+print(probe.make(c)(1.0))
+(folder / f"done-{c}").touch()
+"""
+
+
+def _race(tmp_path, locked: bool) -> list[float]:
+    """Two processes compile two variants of one kernel at once, racing as above; then a third
+    loads both from the cache they wrote. The three processes' results for x = 1."""
+    tmp_path.mkdir()
+    (tmp_path / "probe.py").write_text(_PROBE)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env["TAPEGRAD_KERNEL_LOCK"] = "1" if locked else "0"
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(tmp_path), str(c)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for c in (1, 2)
+    ]
+    got = [float(p.communicate(timeout=120)[0]) for p in racers]
+    load = "import sys; sys.path.insert(0, sys.argv[1]); import probe; "
+    load += "print(probe.make(1)(1.0), probe.make(2)(1.0))"
+    later = subprocess.run(
+        [sys.executable, "-c", load, str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    return got + [float(v) for v in later.stdout.split()]
+
+
+def test_two_processes_racing_on_one_kernel_save_each_variant_apart(tmp_path):
+    """numba's race made deterministic: without the lock both processes number their variant
+    1, and the later process loads process 1's code for process 2's variant (x + 1 for
+    x + 2: in a real kernel, code compiled for other types or constants). With it, the second
+    process waits, finds the index process 1 wrote, and saves its variant as number 2."""
+    assert _race(tmp_path / "locked", locked=True) == [2.0, 3.0, 2.0, 3.0]
+    unlocked = _race(tmp_path / "unlocked", locked=False)
+    assert unlocked[:2] == [2.0, 3.0]
+    assert unlocked[2:] == [2.0, 2.0], (
+        f"numba's cache no longer mixes up racing variants ({unlocked}): "
+        "tapegrad.autodiff.kernels.jit's lock may no longer be needed"
+    )
 
 
 def test_eight_processes_starting_together_on_an_empty_cache():
