@@ -165,6 +165,8 @@ def run_ranks(
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
+                if watchdog.verdict is not None:
+                    continue  # mpiexec's report of the rank the watchdog killed: said below
                 sys.stdout.write(line)
                 sys.stdout.flush()
                 if m := _BANNER.search(line):
