@@ -89,10 +89,13 @@ def one_run(folder: Path, timeout: float, delay: float, rank: int, reference: di
     out, err = proc.communicate(timeout=5) if proc.poll() is not None else ("", "")
     res = {"rank": rank, "delay": round(delay, 2), "code": proc.returncode, "problems": []}
     if proc.returncode is None:  # the job hangs: the very thing this campaign looks for
-        res["problems"].append("the job did not end within 60 s of the stop")
         for p in job:
             p.kill()
-        proc.wait()
+        out, err = proc.communicate()
+        res["problems"].append(
+            f"the job did not end within 60 s of the stop (pid {stopped_pid}); "
+            f"stdout: {out.strip()[-300:]!r}, stderr: {err.strip()[-300:]!r}"
+        )
         return res
     if stopped_pid is None:
         res["finished_first"] = True

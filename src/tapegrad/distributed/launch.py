@@ -229,14 +229,21 @@ def _rank_of(folder: Path, pid: int) -> int | None:
 
 
 class Watchdog:
-    """Ends the job when a live rank's heartbeat is older than ``timeout`` (see the module's
-    doc); :attr:`verdict` then says which rank, in words."""
+    """Ends the job when a live rank's heartbeat is older than ``timeout``, or a rank has been
+    stopped that long (see the module's doc); :attr:`verdict` then says which, in words.
+
+    Ranks are known by their pid files, and before a rank wrote one, by the ``PMI_RANK`` in the
+    environment of ``mpiexec``'s descendants (a rank stopped while it starts is found too).
+    """
 
     def __init__(self, proc: subprocess.Popen, folder: Path, ranks: int, timeout: float):
         import threading
 
         self.proc, self.folder, self.ranks, self.timeout = proc, folder, ranks, timeout
         self.verdict: str | None = None
+        self._pids: dict[int, int] = {}  # rank -> pid, found before its pid file
+        self._stopped_since: dict[int, float] = {}  # pid -> when first seen stopped
+        self._first_seen: float | None = None  # when the first rank's pid file appeared
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="tapegrad-watchdog", daemon=True)
 
@@ -250,32 +257,62 @@ class Watchdog:
     def _watch(self) -> None:
         import time
 
-        first_seen, stopped_since = None, {}
         while not self._stop.wait(heartbeat_interval(self.timeout)):
-            now = time.time()
-            beats = {r: _heartbeat(self.folder, r) for r in range(self.ranks)}
-            if first_seen is None and any(b is not None for b in beats.values()):
-                first_seen = now
-            silent = []
-            for r, beat in beats.items():
-                if beat is None:
-                    if first_seen is not None and now - first_seen > self.timeout + START_GRACE:
-                        silent.append((r, None, now - first_seen))
-                    continue
-                pid, last = beat
-                state = _state(pid)
-                # a stopped process counts from when it was first seen stopped, even once it
-                # finished (a rank stopped in MPI_Finalize holds the others there)
-                since = stopped_since.setdefault(pid, now) if state == "stopped" else None
-                if since is None:
-                    stopped_since.pop(pid, None)
-                if since is not None and now - since > self.timeout:
-                    silent.append((r, pid, now - min(since, last or since)))
-                elif last is not None and now - last > self.timeout and state == "running":
-                    silent.append((r, pid, now - last))
+            silent = self.check(time.time())
             if silent:
                 self._end(silent)
                 return
+
+    def check(self, now: float) -> list[tuple[int, int | None, float]]:
+        """(rank, pid, seconds silent) of every rank silent for longer than the timeout."""
+        beats = {r: _heartbeat(self.folder, r) for r in range(self.ranks)}
+        if any(b is None for b in beats.values()):
+            self._discover()
+        if self._first_seen is None and any(b is not None for b in beats.values()):
+            self._first_seen = now
+        silent = []
+        for r, beat in beats.items():
+            pid = beat[0] if beat is not None else self._pids.get(r)
+            age = self._silence(pid, beat, now)
+            if age is not None:
+                silent.append((r, pid, age))
+        return silent
+
+    def _silence(self, pid: int | None, beat, now: float) -> float | None:
+        state = _state(pid) if pid is not None else "unknown"
+        if state == "stopped":
+            # counted from when it was first seen stopped, even once it finished (a rank
+            # stopped in MPI_Finalize holds the others there) or before it started beating
+            since = self._stopped_since.setdefault(pid, now)
+            last = beat[1] if beat is not None and beat[1] is not None else since
+            return now - min(since, last) if now - since > self.timeout else None
+        self._stopped_since.pop(pid, None)
+        if beat is None:  # not started yet: the first rank's start plus the timeout and grace
+            waited = now - self._first_seen if self._first_seen is not None else 0.0
+            return waited if state != "gone" and waited > self.timeout + START_GRACE else None
+        last = beat[1]
+        if last is not None and state == "running" and now - last > self.timeout:
+            return now - last
+        return None
+
+    def _discover(self) -> None:
+        """Note the pids of ranks that have not written their pid file yet."""
+        import psutil
+
+        try:
+            found = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        known = set(self._pids.values())
+        for p in found:
+            try:
+                rank = p.environ().get("PMI_RANK") or p.environ().get("OMPI_COMM_WORLD_RANK")
+                parent = p.ppid()
+            except psutil.Error:
+                continue
+            if rank and rank.isdigit() and p.pid not in known and parent not in known:
+                self._pids.setdefault(int(rank), p.pid)  # a rank's own children inherit it
+                known.add(p.pid)
 
     def _end(self, silent: list) -> None:
         """Name the silent ranks, kill them (a stopped process dies of SIGKILL too), and make
@@ -300,8 +337,9 @@ class Watchdog:
         if self.proc.poll() is None:  # mpiexec did not stop the others: end them all
             for r in range(self.ranks):
                 beat = _heartbeat(self.folder, r)
-                if beat is not None:
-                    _kill(beat[0])
+                pid = beat[0] if beat is not None else self._pids.get(r)
+                if pid is not None:
+                    _kill(pid)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except OSError:
