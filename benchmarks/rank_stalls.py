@@ -1,10 +1,11 @@
 """Stalled ranks: SIGSTOP one rank of ``tapegrad train --ranks 2`` at a random moment.
 
 Each run starts ``tapegrad train mlp --ranks 2 --epochs 3 --batch-size 2000`` with a checkpoint
-folder and ``--rank-timeout T``, waits a random time (from the first second to past the end of
-a normal run: start-up, compilation, steps, checkpoint writes, evaluation), then stops a random
-rank with SIGSTOP from outside (a frozen process: it neither dies nor answers). A run counts as
-held when
+folder and ``--rank-timeout T``, waits a random time, then stops a random rank with SIGSTOP from
+outside (a frozen process: it neither dies nor answers). Every other run counts its wait from
+the start (to past the end of a normal run: start-up, data loading, compilation, steps), the
+others from the first checkpoint (mid-training, later checkpoints, evaluation, the final save).
+A run counts as held when
 
 * the job ends by itself within ``T`` + 15 s of the stop, exit 124, with one line naming the
   stopped rank and its pid, no traceback, and no process of the job left (stopped or not);
@@ -71,23 +72,32 @@ def _weights(path: Path) -> dict:
     return tg.load(str(path))
 
 
-def one_run(folder: Path, timeout: float, delay: float, rank: int, reference: dict) -> dict:
-    """Stop ``rank`` ``delay`` seconds after the start; check the job ends and resumes."""
+def one_run(
+    folder: Path, timeout: float, delay: float, rank: int, reference: dict, after_ckpt: bool
+) -> dict:
+    """Stop ``rank`` ``delay`` seconds after the start (``after_ckpt``: after the first
+    checkpoint appeared); check the job ends and resumes."""
     t0 = time.monotonic()
     proc = subprocess.Popen(
         _cmd(folder, timeout), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     launcher, stopped_pid, stopped_at = psutil.Process(proc.pid), None, None
+    every_rank: list[psutil.Process] = []
     while proc.poll() is None and time.monotonic() - t0 < delay + 60:
-        if stopped_pid is None and time.monotonic() - t0 >= delay:
-            victim = _ranks(launcher).get(rank)
+        if after_ckpt and any((folder / "ckpt").glob("ckpt-*.safetensors")):
+            t0, after_ckpt = time.monotonic(), False  # the delay counts from here
+        if stopped_pid is None and not after_ckpt and time.monotonic() - t0 >= delay:
+            ranks = _ranks(launcher)
+            victim = ranks.get(rank)
             if victim is not None:
+                every_rank = list(ranks.values())
                 victim.send_signal(signal.SIGSTOP)
                 stopped_pid, stopped_at = victim.pid, time.monotonic()
         time.sleep(0.02)
     job = [launcher] + launcher.children(recursive=True) if proc.poll() is None else []
     out, err = proc.communicate(timeout=5) if proc.poll() is not None else ("", "")
     res = {"rank": rank, "delay": round(delay, 2), "code": proc.returncode, "problems": []}
+    res["after_checkpoint"] = not after_ckpt and stopped_pid is not None
     if proc.returncode is None:  # the job hangs: the very thing this campaign looks for
         for p in job:
             p.kill()
@@ -110,9 +120,10 @@ def one_run(folder: Path, timeout: float, delay: float, rank: int, reference: di
         res["problems"].append("a traceback")
     if res["ended_after"] > timeout + 15:
         res["problems"].append(f"ended {res['ended_after']} s after the stop")
-    if psutil.pid_exists(stopped_pid) and psutil.Process(stopped_pid).status() != "zombie":
-        res["problems"].append(f"the stopped rank (pid {stopped_pid}) was left behind")
-        os.kill(stopped_pid, signal.SIGKILL)
+    for p in every_rank:
+        if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+            res["problems"].append(f"a rank (pid {p.pid}) was left behind")
+            p.kill()
     resumed = subprocess.run(
         _cmd(folder, timeout, "--resume"), env=_env(), capture_output=True, text=True, timeout=300
     )
@@ -141,8 +152,13 @@ def campaign(runs: int, timeout: float = 5.0, seed: int = 0, log=print) -> dict:
         results = []
         for i in range(runs):
             folder = Path(tmp, f"run-{i}")
-            delay, rank = rng.uniform(1.0, normal * 1.1), rng.randrange(2)
-            r = one_run(folder, timeout, delay, rank, reference)
+            # every other run stops a rank after the first checkpoint (mid-training, a later
+            # checkpoint, evaluation, the final save), the others from the start (start-up,
+            # data loading, compilation too)
+            after = i % 2 == 1
+            delay = rng.uniform(0.0, normal / 2) if after else rng.uniform(1.0, normal * 1.1)
+            rank = rng.randrange(2)
+            r = one_run(folder, timeout, delay, rank, reference, after)
             results.append(r)
             shutil.rmtree(folder, ignore_errors=True)
             if log:
@@ -152,7 +168,8 @@ def campaign(runs: int, timeout: float = 5.0, seed: int = 0, log=print) -> dict:
                     if r.get("finished_first")
                     else f"ended {r.get('ended_after')} s later"
                 )
-                log(f"run {i + 1}/{runs}: rank {rank} stopped at {delay:.1f} s, {when}: {state}")
+                at = f"{delay:.1f} s after the first checkpoint" if after else f"at {delay:.1f} s"
+                log(f"run {i + 1}/{runs}: rank {rank} stopped {at}, {when}: {state}")
     stopped = [r for r in results if not r.get("finished_first")]
     return {
         "runs": runs,
