@@ -156,7 +156,7 @@ def campaign(runs: int, timeout: float = 5.0, seed: int = 0, log=print) -> dict:
             # checkpoint, evaluation, the final save), the others from the start (start-up,
             # data loading, compilation too)
             after = i % 2 == 1
-            delay = rng.uniform(0.0, normal / 2) if after else rng.uniform(1.0, normal * 1.1)
+            delay = rng.uniform(0.0, normal / 5) if after else rng.uniform(1.0, normal * 1.1)
             rank = rng.randrange(2)
             r = one_run(folder, timeout, delay, rank, reference, after)
             results.append(r)
