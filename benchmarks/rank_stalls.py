@@ -83,6 +83,7 @@ def one_run(
     )
     launcher, stopped_pid, stopped_at = psutil.Process(proc.pid), None, None
     every_rank: list[psutil.Process] = []
+    waited_for_ckpt = after_ckpt
     while proc.poll() is None and time.monotonic() - t0 < delay + 60:
         if after_ckpt and any((folder / "ckpt").glob("ckpt-*.safetensors")):
             t0, after_ckpt = time.monotonic(), False  # the delay counts from here
@@ -97,7 +98,7 @@ def one_run(
     job = [launcher] + launcher.children(recursive=True) if proc.poll() is None else []
     out, err = proc.communicate(timeout=5) if proc.poll() is not None else ("", "")
     res = {"rank": rank, "delay": round(delay, 2), "code": proc.returncode, "problems": []}
-    res["after_checkpoint"] = not after_ckpt and stopped_pid is not None
+    res["after_checkpoint"] = waited_for_ckpt and not after_ckpt and stopped_pid is not None
     if proc.returncode is None:  # the job hangs: the very thing this campaign looks for
         for p in job:
             p.kill()
