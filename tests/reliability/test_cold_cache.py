@@ -211,4 +211,5 @@ def test_eight_processes_starting_together_on_an_empty_cache():
     failures = [e for r in res["details"] for e in r["errors"]]
     assert res["rounds_ok"] == 2, failures
     assert res["exit_codes"] == {"0": 18} and res["distinct_results"] == 1, res
-    print(f"\n2 rounds of 8 cold starts (+1 warm each): {took:.1f} s, all exit 0, one result")
+    cpu = sum(r["cpu_seconds"] for r in res["details"])
+    print(f"\n2 rounds of 8 cold starts: {took:.1f} s, {cpu:.1f} CPU s; all exit 0, one result")
