@@ -73,9 +73,32 @@ def _launch_ranks(args) -> int | None:
         return None
     if ranks == 1:
         return None
-    from .distributed.launch import run_ranks
+    if args.device not in (None, "cpu"):
+        raise UserError(f"--device {args.device}: data-parallel training (--ranks) runs on the CPU")
+    if args.rank_timeout is not None and not args.rank_timeout > 0:
+        raise UserError(
+            f"--rank-timeout must be a positive number of seconds, got {args.rank_timeout}"
+        )
+    from .distributed.launch import DEFAULT_RANK_TIMEOUT, run_ranks
 
-    return run_ranks(ranks, [args.command, *_without_ranks(args.argv)], args.command)
+    cpus = _cpus()
+    if ranks > cpus and not args.oversubscribe:
+        print(
+            f"tapegrad {args.command}: warning: --ranks {ranks} on {cpus} CPUs: ranks share "
+            f"cores and run slower than {cpus} would (--oversubscribe to mean it)",
+            file=sys.stderr,
+            flush=True,
+        )
+    timeout = args.rank_timeout or DEFAULT_RANK_TIMEOUT
+    return run_ranks(ranks, [args.command, *_without_ranks(args.argv)], args.command, timeout)
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity, where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _without_ranks(argv: list[str]) -> list[str]:
@@ -909,6 +932,18 @@ def build_parser() -> argparse.ArgumentParser:
         "results (default: off, compiled)",
     )
     t.add_argument("--ranks", type=int, help=RANKS_HELP)
+    t.add_argument(
+        "--rank-timeout",
+        type=float,
+        metavar="S",
+        help="with --ranks: a rank silent this long (stopped, frozen) is named and the job "
+        "ends, exit 124; the last checkpoint stays resumable (default: 60)",
+    )
+    t.add_argument(
+        "--oversubscribe",
+        action="store_true",
+        help="with --ranks: more ranks than CPUs is meant (no warning) (default: off)",
+    )
     t.add_argument("--device", help=DEVICE_HELP)
     t.set_defaults(func=cmd_train)
 

@@ -30,3 +30,11 @@ def run(args: list[str], timeout: float = 120, **extra: str):
     """``python ARGS`` in a single process."""
     cmd = [sys.executable, *args]
     return subprocess.run(cmd, env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+def instrumented_mpiexec(tmp_path) -> dict[str, str]:
+    """Environment making ``--ranks`` start its ranks through ``rank_launcher.py``."""
+    wrapper = tmp_path / "mpiexec"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE / "fake_mpiexec.py"} "$@"\n')
+    wrapper.chmod(0o755)
+    return {"TAPEGRAD_MPIEXEC": str(wrapper), "TAPEGRAD_REAL_MPIEXEC": MPIEXEC}

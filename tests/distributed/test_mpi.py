@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from mpi_helpers import HERE, MPIEXEC, WORKER, mpirun, run
+from mpi_helpers import MPIEXEC, WORKER, instrumented_mpiexec, mpirun, run
 
 import tapegrad as tg
 
@@ -149,7 +149,7 @@ def test_killing_one_rank_mid_epoch_stops_all_and_resume_is_bit_identical(tmp_pa
     done = _train(
         killed,
         TAPEGRAD_TEST_DIE="1:45",
-        **_instrumented_mpiexec(tmp_path),
+        **instrumented_mpiexec(tmp_path),
     )
     assert time.perf_counter() - t0 < 30
     assert done.returncode != 0
@@ -178,7 +178,7 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step_and_resumes_e
     bit where an uninterrupted 2-rank run ends."""
     stopped, reference = tmp_path / "stopped", tmp_path / "reference"
     t0 = time.perf_counter()
-    done = _train(stopped, TAPEGRAD_TEST_SIGNAL="1:40:2", **_instrumented_mpiexec(tmp_path))
+    done = _train(stopped, TAPEGRAD_TEST_SIGNAL="1:40:2", **instrumented_mpiexec(tmp_path))
     assert time.perf_counter() - t0 < 30
     assert done.returncode == 130, done.stdout + done.stderr
     assert done.stderr.strip().splitlines() == [
@@ -196,11 +196,3 @@ def test_a_signal_to_one_rank_stops_every_rank_after_the_same_step_and_resumes_e
     a = tg.load(str(stopped / "final.safetensors"))
     b = tg.load(str(reference / "final.safetensors"))
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-
-
-def _instrumented_mpiexec(tmp_path) -> dict[str, str]:
-    """Environment making ``--ranks`` start its ranks through ``rank_launcher.py``."""
-    wrapper = tmp_path / "mpiexec"
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE / "fake_mpiexec.py"} "$@"\n')
-    wrapper.chmod(0o755)
-    return {"TAPEGRAD_MPIEXEC": str(wrapper), "TAPEGRAD_REAL_MPIEXEC": MPIEXEC}

@@ -47,11 +47,13 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from ..autodiff.kernels.jit import cached_jit
+
     _BLOCK = 2048  # elements per pass of the loops below: the block stays in L1 between them
 
     # error_model="numpy": division by zero gives inf/NaN as in NumPy, rather than Python's
     # ZeroDivisionError check, whose branch kept the last loop scalar
-    @numba.njit(cache=True, boundscheck=False, nogil=True, error_model="numpy")
+    @cached_jit(boundscheck=False, nogil=True, error_model="numpy")
     def _adam(p, g, m, v, vmax, amsgrad, l2, decoupled, wd, decay, c1, b2, c2, b2s, eps, size):
         # One block at a time, a loop per array written: a loop that stores into several arrays
         # stays scalar (and scalar float32 sqrt and division cost ~20 cycles an element). Each

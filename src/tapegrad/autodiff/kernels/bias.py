@@ -45,8 +45,9 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _add_channel_bias(x, b, out):  # pragma: no cover - compiled
         if x.shape[2] == 1:  # a Linear bias: keep the feature loop innermost (vectorised)
             for p in range(x.shape[0]):
@@ -63,7 +64,7 @@ if numba is not None:
         """``out = x + b[None, :, None]`` for 3-d ``x``/``out`` (P, Q, R) and ``b`` (Q,)."""
         _add_channel_bias(x, b, out)
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def add_into(dst, src):  # pragma: no cover - compiled
         """``dst += src`` for 3-d arrays of one shape (any strides)."""
         for p in range(dst.shape[0]):
@@ -71,7 +72,7 @@ if numba is not None:
                 for r in range(dst.shape[2]):
                     dst[p, q, r] += src[p, q, r]
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _add_taps(z, out):  # pragma: no cover - compiled
         n_, o_, length = out.shape
         width = z.shape[1] // n_

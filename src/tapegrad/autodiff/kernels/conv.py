@@ -58,8 +58,10 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    _jit = numba.njit(cache=True, boundscheck=False, nogil=True)
-    _inline = numba.njit(cache=True, boundscheck=False, nogil=True, inline="always")
+    from .jit import cached_jit
+
+    _jit = cached_jit(boundscheck=False, nogil=True)
+    _inline = cached_jit(boundscheck=False, nogil=True, inline="always")
 
     @_inline
     def _scatter(gv, base, o, rx, rw, run, xf, ws, gws, gxf, need_w, need_x):  # pragma: no cover

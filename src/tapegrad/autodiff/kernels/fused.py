@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
     from .pool import window_kernels
 
     def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg) -> None:
@@ -62,7 +63,7 @@ if numba is not None:
         """``gx`` whole: each ``g`` at its window's offset where ``out > 0``, zeros elsewhere."""
         window_kernels(kh, kw, sh, sw, 1, 1)[1](g, arg, out, gx, True)
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def bias_relu_forward(x, b, out):  # pragma: no cover - compiled
         """``out = max(x + b, 0)`` for ``x`` (N, F) and ``b`` (F,), NaN propagating."""
         for i in range(x.shape[0]):
@@ -70,7 +71,7 @@ if numba is not None:
                 v = x[i, j] + b[j]
                 out[i, j] = v if (v >= 0 or v != v) else 0
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def bias_relu_backward(g, out, gx, gb):  # pragma: no cover - compiled
         """``gx = g * (out > 0)`` and ``gb`` its rows summed in order (``gx``'s first row, then
         each next one added), as the separate ReLU and bias rules compute them."""

@@ -55,7 +55,9 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    _jit = numba.njit(cache=True, boundscheck=False, nogil=True)
+    from .jit import cached_jit
+
+    _jit = cached_jit(boundscheck=False, nogil=True)
 
     @_jit
     def softmax_ce_forward(x, target, p, loss):  # pragma: no cover - compiled

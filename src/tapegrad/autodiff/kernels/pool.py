@@ -43,6 +43,8 @@ def max_pool_backward_reference(g, arg, kernel, stride, gx, dilation=(1, 1)) -> 
 
 try:
     import numba
+
+    from .jit import cached_jit
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -69,7 +71,7 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
     """
     k = kh * kw
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def forward(x, out, arg, relu):  # pragma: no cover - compiled
         oh, ow = out.shape[1], out.shape[2]
         for m in range(x.shape[0]):
@@ -102,7 +104,7 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
                                 a[i, j] = q
                                 break
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def backward(g, arg, out, gx, relu):  # pragma: no cover - compiled
         oh, ow = g.shape[1], g.shape[2]
         for m in range(g.shape[0]):

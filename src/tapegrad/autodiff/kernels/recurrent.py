@@ -121,6 +121,8 @@ if numba is not None:
     from numba import types
     from numba.extending import intrinsic, overload
 
+    from .jit import cached_jit
+
     _JIT = dict(cache=True, boundscheck=False, nogil=True, error_model="numpy")
     _FAST = {"contract"}
 
@@ -189,7 +191,7 @@ if numba is not None:
     #   another offset, stays scalar (a single fused LSTM loop took 264 us, these 30 us).
     #   A row is at most a few KiB, so the later loops read it from L1.
 
-    @numba.njit(fastmath=_FAST, **_JIT)
+    @cached_jit(fastmath=_FAST, **_JIT)
     def lstm_forward_step(xp_t, hw, c_prev, h, c, act, tc):  # pragma: no cover - compiled
         """One LSTM step (see :func:`lstm_forward_step_reference`)."""
         one = h.dtype.type(1)
@@ -208,7 +210,7 @@ if numba is not None:
             for j in range(H):
                 h[n, j] = act[n, 3 * H + j] * tc[n, j]
 
-    @numba.njit(fastmath=_FAST, **_JIT)
+    @cached_jit(fastmath=_FAST, **_JIT)
     def lstm_backward_step(gh, gc, act, tc, c_prev, dh, dc, dgates):  # pragma: no cover
         """Gradients of one LSTM step (see :func:`lstm_backward_step_reference`)."""
         one = dc.dtype.type(1)
@@ -234,7 +236,7 @@ if numba is not None:
             for j in range(H):
                 dc[n, j] = dc[n, j] * act[n, H + j]
 
-    @numba.njit(fastmath=_FAST, **_JIT)
+    @cached_jit(fastmath=_FAST, **_JIT)
     def gru_forward_step(xp_t, hw, bhh, h_prev, h, act):  # pragma: no cover - compiled
         """One GRU step (see :func:`gru_forward_step_reference`)."""
         one = h.dtype.type(1)
@@ -251,7 +253,7 @@ if numba is not None:
             for j in range(H):
                 h[n, j] = h[n, j] + act[n, H + j] * (h_prev[n, j] - h[n, j])
 
-    @numba.njit(fastmath=_FAST, **_JIT)
+    @cached_jit(fastmath=_FAST, **_JIT)
     def gru_backward_step(g_t, dhm, dhd, act, h_prev, dxp_t, dhw_t):  # pragma: no cover
         """Gradients of one GRU step (see :func:`gru_backward_step_reference`)."""
         one = dhd.dtype.type(1)
@@ -275,7 +277,7 @@ if numba is not None:
             for j in range(H):
                 dhd[n, j] = dhd[n, j] * act[n, H + j]
 
-    @numba.njit(**_JIT)
+    @cached_jit(**_JIT)
     def rnn_backward_step(g_t, dh, h_t, tanh, dpre, dxp_t):  # pragma: no cover - compiled
         # float32 arithmetic in NumPy's order (no fused multiply-add): the same bits as the
         # four ufunc calls it replaces

@@ -21,8 +21,9 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def sum_rows(x, out):  # pragma: no cover - compiled
         """``out[j] = sum_i x[i, j]`` for a 2-d ``x``, adding rows in order."""
         for j in range(x.shape[1]):

@@ -34,8 +34,9 @@ except ImportError:  # pragma: no cover - numba is a dependency; keep working wi
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _recurrence_nb(b, a, out, reverse):  # pragma: no cover - compiled
         n, m = b.shape
         if n == 0:

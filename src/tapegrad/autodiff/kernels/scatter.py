@@ -23,8 +23,9 @@ except ImportError:  # pragma: no cover - numba is a dependency; keep working wi
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _scatter_add_rows_nb(out, idx, src):  # pragma: no cover - compiled
         d = src.shape[1]
         for i in range(idx.shape[0]):

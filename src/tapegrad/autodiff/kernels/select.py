@@ -22,8 +22,9 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _select(c, a, s, keep, out):  # pragma: no cover - compiled
         for i in range(out.size):
             out[i] = a[i] if c[i] == keep else s
