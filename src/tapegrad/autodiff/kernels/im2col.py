@@ -49,8 +49,9 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True, parallel=True)
+    @cached_jit(boundscheck=False, nogil=True, parallel=True)
     def _im2col(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
         n_, c_, h_, w_ = x.shape
         kh_, kw_, oh_, ow_ = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
@@ -70,7 +71,7 @@ if numba is not None:
                                 iw = ow * sw + kw * dw - pw
                                 dst[ow] = src[iw] if 0 <= iw < w_ else 0
 
-    @numba.njit(cache=True, boundscheck=False, nogil=True, parallel=True)
+    @cached_jit(boundscheck=False, nogil=True, parallel=True)
     def _col2im(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
         n_, c_, h_, w_ = gx.shape
         kh_, kw_, oh_, ow_ = gcols.shape[1], gcols.shape[2], gcols.shape[4], gcols.shape[5]
