@@ -142,7 +142,7 @@ def _check_train_args(args, preset) -> str:
     if preset.name in GENERIC and not is_npz(dataset):
         raise UserError(f"{preset.name} trains on your own data: pass --dataset path/to/data.npz")
     if is_npz(dataset):
-        if not os.path.isfile(dataset):
+        if not os.path.lexists(dataset):
             raise UserError(f"--dataset {dataset}: no such file")
         if args.data_dir:
             raise UserError(
@@ -157,6 +157,16 @@ def _check_train_args(args, preset) -> str:
         raise UserError(
             f"--momentum applies to sgd and rmsprop; {optimizer} (the "
             f"{'chosen' if args.optimizer else preset.name + ' default'}) has none"
+        )
+    if args.momentum >= 1:
+        raise UserError(
+            f"--momentum {args.momentum:g}: momentum must be below 1 (0.9 is usual); at 1 or "
+            f"more every update grows without bound"
+        )
+    if args.step_every is not None and args.scheduler != "step":
+        raise UserError(
+            "--step-every sets the step schedule's decay interval: add --scheduler step"
+            + (f" (the {args.scheduler} schedule has none)" if args.scheduler else "")
         )
     if args.resume and not args.checkpoint_dir:
         raise UserError("--resume needs --checkpoint-dir (where the checkpoints are)")
@@ -231,6 +241,24 @@ def _check_checkpoints(args, settings: dict) -> None:
         )
 
 
+_held_locks: list = []  # the checkpoint folder this process owns (see _lock_checkpoints)
+
+
+def _lock_checkpoints(args) -> None:
+    """Own ``--checkpoint-dir`` for this run: a second run on it refuses naming this one; a
+    lock left by a run that died is taken over with a notice (see tapegrad.train.dirlock)."""
+    from .train.dirlock import FolderLock
+
+    if args.checkpoint_dir:
+        command = shlex.join(["tapegrad", "train", *args.argv])
+        _held_locks.append(FolderLock(args.checkpoint_dir, command, notice=_say).acquire())
+
+
+def _release_locks() -> None:
+    while _held_locks:
+        _held_locks.pop().release()
+
+
 def _set_threads(n: int | None) -> None:
     if n is None:
         return
@@ -275,6 +303,7 @@ def cmd_train(args) -> int:
         agree(comm, {**vars_of(args), "tapegrad version": versions()["tapegrad"]})
     # rank 0 alone writes the outputs and reads the checkpoints: it checks them before data loads
     _on_rank_0(comm, lambda: check_outputs(files, args.checkpoint_dir))
+    _on_rank_0(comm, lambda: _lock_checkpoints(args))
     _on_rank_0(comm, lambda: _check_checkpoints(args, _settings(args, preset, dataset, epochs)))
     _set_threads(args.threads)
     device = _device(args.device, comm)
@@ -350,7 +379,18 @@ def cmd_train(args) -> int:
             return 128 + e.signum
         name = signal.Signals(e.signum).name
         where = f"epoch {e.epoch}, batch {e.batch} of {steps_per_epoch}"
-        if e.checkpoint is not None:
+        if e.checkpoint is None and args.checkpoint_dir:
+            from .train.checkpoint import load_latest
+
+            newest = load_latest(args.checkpoint_dir)
+            kept = newest[2]["path"] if newest else "none"
+            print(
+                f"tapegrad train: {name}: stopped at {where}; the checkpoint could not be "
+                f"written (see above); the newest one is {kept}. Resume with: "
+                f"{_resume_command(args, comm.size)}",
+                file=sys.stderr,
+            )
+        elif e.checkpoint is not None:
             print(
                 f"tapegrad train: {name}: stopped at {where}; saved checkpoint {e.checkpoint}. "
                 f"Resume with: {_resume_command(args, comm.size)}",
@@ -414,7 +454,17 @@ def cmd_train(args) -> int:
         fallback_dirs=[args.checkpoint_dir] if args.checkpoint_dir else [],
         fallback_name=f"{preset.name}-weights",
     )
-    return EXIT_OUTPUT if failed else 0
+    if trainer.checkpoint_failures:
+        from .train.checkpoint import load_latest
+
+        failures, newest = trainer.checkpoint_failures, load_latest(args.checkpoint_dir)
+        print(
+            f"tapegrad train: error: {len(failures)} checkpoint(s) could not be written in "
+            f"{args.checkpoint_dir} ({failures[-1]}); the newest there is "
+            f"{newest[2]['path'] if newest else 'none'}",
+            file=sys.stderr,
+        )
+    return EXIT_OUTPUT if failed or trainer.checkpoint_failures else 0
 
 
 def _describe_schedule(spec: dict) -> str:
@@ -438,14 +488,25 @@ def _json_field(path, meta: dict, key: str, kind=dict):
     return value
 
 
-def _read_model_file(path: str) -> tuple[dict, dict]:
+def _read_model_file(path: str, plain: bool = False) -> tuple[dict, dict]:
     """(weights, description: preset, dataset, task, config, kind) of a file written by
-    ``train --save`` or a checkpoint."""
-    from .serialization import read_file
+    ``train --save`` or a checkpoint; with ``plain``, also of a safetensors file written by
+    another program (no tapegrad checksum or metadata: the caller names the preset)."""
+    from .serialization import ModelFileError, read_file
+    from .train.checkpoint import meta_problem
 
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise UserError(f"{path}: no such file")
-    arrays, meta, kind = read_file(path)
+    try:
+        arrays, meta, kind = read_file(path, checksum=not plain)
+    except ModelFileError as e:
+        if "has no tapegrad checksum" not in str(e):
+            raise
+        raise UserError(f"{e}; pass --preset NAME to evaluate such a file unverified") from None
+    if kind == "plain":
+        _say(f"note: {path} has no tapegrad checksum (written by another program): read unverified")
+        desc = {"preset": None, "dataset": None, "task": None, "config": {}, "kind": "weights"}
+        return arrays, desc
     if kind == "arrays":
         ckpt = _json_field(path, meta, "meta") or {}
         run = ckpt.get("config")
@@ -454,6 +515,9 @@ def _read_model_file(path: str) -> tuple[dict, dict]:
                 f"{path} is not a tapegrad checkpoint with a run configuration (nor a model "
                 f"file from 'tapegrad train --save')"
             )
+        problem = meta_problem(ckpt)
+        if problem is not None:
+            raise UserError(f"{path}: a checkpoint whose metadata {problem}")
         weights = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
         model = run.get("model", {})
         if not isinstance(model, dict):
@@ -523,15 +587,35 @@ def vars_of(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in ("func", "argv")}
 
 
+def _check_data_fits(path: str, dataset: str, saved: dict, data: dict) -> None:
+    """Refuse data the saved model cannot read (another width, sequence length, more classes
+    or words than it has), before any evaluation."""
+    words = {"inputs": "values per sample", "maxlen": "tokens per sample"}
+    for key, have in data.items():
+        want = saved.get(key)
+        if want is None or want == have:
+            continue
+        if key in words:
+            raise UserError(
+                f"{path} takes {want} {words[key]}; {dataset}'s samples have {have}: "
+                f"evaluate it on data shaped like its training data"
+            )
+        if have > want:  # classes, outputs, vocab_size: the data needs more than the model has
+            raise UserError(
+                f"{path} has {want} {key.replace('_', ' ')}; {dataset} needs {have}: these "
+                f"weights were trained on other data"
+            )
+
+
 def cmd_evaluate(args) -> int:
     from .models import build_model
     from .train import Trainer
-    from .train.experiment import is_npz, load_dataset, load_npz, shape_for_data
+    from .train.experiment import fit_features, is_npz, load_dataset, load_npz, shape_for_data
     from .train.trainer import _state_problems
 
     path = args.model_file
     device = _device(args.device)
-    weights, desc = _read_model_file(path)
+    weights, desc = _read_model_file(path, plain=args.preset is not None)
     name = desc["preset"]
     if name is None and args.preset is None:
         fits = _fitting_presets(weights, desc["config"])
@@ -546,12 +630,14 @@ def cmd_evaluate(args) -> int:
     dataset = args.dataset or desc["dataset"] or preset.dataset
     config, task = dict(desc["config"]), desc["task"] or preset.task
     if is_npz(dataset):
-        if not os.path.isfile(dataset):
+        if not os.path.lexists(dataset):
             base = os.path.basename(dataset)
             raise UserError(f"{path} was trained on {dataset}: pass --dataset path/to/{base}")
         ds = load_npz(dataset)
         task, shaped = shape_for_data(preset, ds)
+        _check_data_fits(path, dataset, config, shaped)
         config = {**shaped, **config}
+        fit_features(preset, ds)
     elif dataset not in preset.datasets:
         raise UserError(
             f"{path} holds a {preset.name} model, which takes "
@@ -570,6 +656,8 @@ def cmd_evaluate(args) -> int:
         raise UserError(f"{path}: not {preset.name} weights ({problems}); {owner}")
     if not is_npz(dataset):
         ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
+        features = int(np.prod(ds.test.x.shape[1:]))
+        _check_data_fits(path, dataset, config, {"inputs": features})
     model.load_state_dict(weights)
     trainer = Trainer(model, optimizer=None, task=task, log=None, device=device)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
@@ -786,10 +874,11 @@ def _number(kind: str):
     return parse
 
 
-_POS_INT, _POS_FLOAT, _NONNEG_FLOAT = (
+_POS_INT, _POS_FLOAT, _NONNEG_FLOAT, _NONNEG_INT = (
     _number("positive int"),
     _number("positive float"),
     _number("nonnegative float"),
+    _number("nonnegative int"),
 )
 
 
@@ -866,7 +955,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--gamma", type=_POS_FLOAT, default=0.1, help="step schedule: decay factor (default: 0.1)"
     )
-    t.add_argument("--seed", type=int, default=0, help="weights and batch order (default: 0)")
+    t.add_argument(
+        "--seed", type=_NONNEG_INT, default=0, help="weights and batch order (default: 0)"
+    )
     t.add_argument("--threads", type=_POS_INT, help="numba and BLAS threads (default: all CPUs)")
     t.add_argument(
         "--data-dir",
@@ -1045,6 +1136,7 @@ def main(argv: list[str] | None = None) -> int:
     except _Terminated:
         return _fail(args, 128 + signal.SIGTERM, "terminated (SIGTERM)")
     finally:
+        _release_locks()
         paths.DATA_DIR_OPTION = wording
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -44,7 +44,9 @@ def load(path: Path) -> dict[str, np.ndarray] | None:
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        from ..safefile import open_regular
+
+        with open_regular(path), np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError):
         return None

@@ -332,7 +332,9 @@ _verified: set[tuple[str, int, int]] = set()
 def sha256_file(path: PathLike) -> str:
     """Hex SHA-256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    from ..safefile import open_regular
+
+    with open_regular(path, DatasetError) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
