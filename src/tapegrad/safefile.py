@@ -60,11 +60,13 @@ def open_regular(
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        raise error(f"{shown}: cannot open ({e.strerror or e})") from None
+        raise error(f"{shown}: cannot read the file ({e.strerror or e})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise error(f"{shown}: is {kind_of(st.st_mode)}, not a regular file")
+            raise error(
+                f"{shown}: cannot read the file: it is {kind_of(st.st_mode)}, not a regular file"
+            )
         if limit is not None and st.st_size > limit:
             raise error(
                 f"{shown}: is {describe_bytes(st.st_size)}, more than the "

@@ -139,12 +139,19 @@ def _writes(tree):
                 yield fn, call.lineno, name
 
 
+#: Writes that must happen in place: a checkpoint folder's lock file is the file its owner
+#: holds a flock on, so it cannot be replaced by a rename (another run would lock the new one).
+IN_PLACE = {("tapegrad/train/dirlock.py", "acquire")}
+
+
 def test_every_file_write_is_atomic():
     """A function that writes a file must be the atomic writer itself or rename into place."""
     bad, seen = [], 0
     for path, tree in _trees():
         for fn, line, what in _writes(tree):
             seen += 1
+            if (str(path), fn.name) in IN_PLACE:
+                continue
             renames = any(n in ("os.replace", "os.rename") for _, n in _calls(fn))
             if not renames and not _inside_atomic_file(fn, line):
                 bad.append(f"{path}:{line} {fn.name}() calls {what} without a rename")
