@@ -218,7 +218,8 @@ def _features(arrays: dict, key: str, shown: str) -> np.ndarray:
     a = arrays[key]
     if a.dtype.kind in "biu":
         return a  # token ids stay integers; other models convert (see fit_features)
-    a = np.ascontiguousarray(a, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a value beyond float32's range: named just below
+        a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
         raise DatasetError(
             f"{shown}: data problem: {key} holds NaN or Inf (first in sample {_first_bad(a)}, "
@@ -230,7 +231,8 @@ def _features(arrays: dict, key: str, shown: str) -> np.ndarray:
 def _targets(arrays: dict, key: str, shown: str) -> np.ndarray:
     a = arrays[key]
     if a.dtype.kind == "f":
-        a32 = np.ascontiguousarray(a, dtype=np.float32)
+        with np.errstate(over="ignore"):
+            a32 = np.ascontiguousarray(a, dtype=np.float32)
         if not np.isfinite(a32).all():
             raise DatasetError(
                 f"{shown}: data problem: the float targets {key} hold NaN or Inf (first in "
@@ -253,12 +255,16 @@ def fit_features(preset: Preset, ds, log=print) -> None:
     convert them) for every preset that does not read token ids; said once through ``log``."""
     if preset.datasets == ("imdb",):
         return
-    if ds.train.x.dtype.kind not in "biu":
-        return
-    if log:
-        log(f"note: {ds.path}: {ds.train.x.dtype} features converted to float32, the model's dtype")
-    ds.train = Split(np.ascontiguousarray(ds.train.x, dtype=np.float32), ds.train.y)
-    ds.test = Split(np.ascontiguousarray(ds.test.x, dtype=np.float32), ds.test.y)
+    ints = [split for split in ("train", "test") if getattr(ds, split).x.dtype.kind in "biu"]
+    if ints and log:
+        dtype = getattr(ds, ints[0]).x.dtype
+        log(
+            f"note: {ds.path}: {dtype} features (x_{' and x_'.join(ints)}) converted to "
+            f"float32, the model's dtype"
+        )
+    for split in ints:
+        old = getattr(ds, split)
+        setattr(ds, split, Split(np.ascontiguousarray(old.x, dtype=np.float32), old.y))
 
 
 def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
