@@ -68,6 +68,13 @@ def made(tmp_path_factory, real_data) -> dict[str, Path]:
     (root / "a-folder").mkdir()
     (root / "empty-data").mkdir()
     _hostile(root, ckpt)
+    mnist = root / "fifo-data" / "mnist"  # real MNIST files, but the training images a FIFO
+    mnist.mkdir(parents=True)
+    for f in (Path(DATA[0]) / "mnist").glob("*-ubyte.gz"):
+        if f.name.startswith("train-images"):
+            os.mkfifo(mnist / f.name)
+        else:
+            os.symlink(f, mnist / f.name)
     return {"root": root, "ck": root / "ck", "ckpt": ckpt}
 
 
@@ -218,6 +225,7 @@ CASES = [
      "5000000 values per sample", 0),
     ("npz zip bomb", "train mlp --dataset {root}/bomb.npz", "refused as a zip bomb", 0),
     ("npz a FIFO", "train mlp --dataset {root}/pipe.npz", "it is a FIFO", 0),
+    ("MNIST file a FIFO", "train mlp --data-dir {root}/fifo-data", "it is a FIFO", 0),
     ("evaluate other width", "evaluate {root}/five-wide.safetensors --dataset {root}/wide.npz",
      "takes 5 values per sample", 0),
     ("plain safetensors, no preset", "evaluate {root}/plain.safetensors",
@@ -350,3 +358,13 @@ def test_edges_of_a_working_run(tmp_path):
         if not ok:
             failures.append(f"{name}: exit {code}, stdout {out!r}, stderr {err!r}")
     assert not failures, "\n".join(failures)
+
+
+def test_evaluate_takes_a_plain_safetensors_file_with_preset(made, tmp_path):
+    """A safetensors file written by another program (no tapegrad checksum) is evaluated with
+    --preset, as evaluate's help says, after a one-line note that it is read unverified."""
+    argv = ["evaluate", str(made["root"] / "plain.safetensors"), "--preset", "mlp"]
+    code, out, err, _ = _run(argv, tmp_path)
+    assert code == 0, err
+    assert err.count("\n") == 1 and "no tapegrad checksum" in err and "unverified" in err
+    assert out.startswith("mlp on mnist test set (10000 samples): loss ")

@@ -127,3 +127,40 @@ def test_a_real_full_disk(tiny_disk, tmp_path, monkeypatch, capsys):
     assert len(fallback) == 1 and f"the trained weights are in {fallback[0]}" in captured.out
     assert list_checkpoints(ck) == [kept] and kept.read_bytes() == before
     assert not _leftovers(tiny_disk) and not (tiny_disk / "m.safetensors").exists()
+
+
+def test_a_stop_whose_checkpoint_fails_names_the_one_kept(tmp_path, monkeypatch, capsys):
+    """SIGINT mid-epoch asks for a checkpoint; the disk refuses it: the stop says so, names
+    the newest checkpoint on disk (which a resume uses) and still prints the resume command."""
+    import signal
+
+    from tapegrad.train.trainer import Trainer
+
+    npz = write_blobs(tmp_path / "blobs.npz", classes=3, features=5)
+    ck = tmp_path / "ck"
+    written: list[str] = []
+
+    def fails(path: str) -> bool:
+        if "ckpt-" in path:
+            written.append(path)
+            return len(written) > 1
+        return False
+
+    _failing_fsync(monkeypatch, errno.ENOSPC, fails)
+    step = Trainer.train_step
+
+    def train_step(self, *args):
+        if self.global_step == 20:  # in epoch 2 (13 steps an epoch), after its checkpoint
+            os.kill(os.getpid(), signal.SIGINT)
+        return step(self, *args)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    argv = ["train", "linear", "--dataset", str(npz), "--epochs", "3", "--checkpoint-dir"]
+    assert main([*argv, str(ck)]) == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    (kept,) = list_checkpoints(ck)
+    assert "Traceback" not in err and "could not write the checkpoint" in err
+    last = err.strip().splitlines()[-1]
+    assert "SIGINT: stopped at epoch 2, batch 8 of 13; the checkpoint could not be written" in last
+    assert f"the newest one is {kept}" in last and "Resume with: tapegrad train linear" in last
+    assert not _leftovers(tmp_path)
