@@ -3,11 +3,12 @@
 Each case puts one file where tapegrad will read it (a checkpoint under ``--resume``, weights for
 ``evaluate``, an ``.npz`` for ``--dataset``) and runs the command in this process, its output
 captured. The files: fixed kinds (a FIFO named like a checkpoint, ``/dev/zero``, a folder, a
-4 GiB sparse file, a zip bomb, labels of 1e9 and 2**64-1, 1-D features, NaN features, five
-million features, checkpoints re-signed with ``epoch: "seven"`` or ``start: 1e9``) and, from a
-seeded generator, random mutations of valid files: bytes flipped, zeroed, inserted or deleted,
-truncations, garbage appended, header lengths rewritten; checkpoints re-signed (valid checksum)
-with random values in their metadata; ``.npz`` files with random dtypes, shapes, labels, NaNs.
+4 GiB sparse file, a zip bomb, a zip of a newer version, labels of 1e9 and 2**64-1, 1-D
+features, NaN features, five million features, checkpoints re-signed with ``epoch: "seven"``
+or ``start: 1e9``) and, from a seeded generator, random mutations of valid files: bytes
+flipped, zeroed, inserted or deleted, truncations, garbage appended, header lengths
+rewritten; checkpoints re-signed (valid checksum) with random values in their metadata;
+``.npz`` files with random dtypes, shapes, labels, NaNs.
 
 Every case must end with an exit status in the documented set (0, 2 for a refused file, 3 for
 a diverged run), a refusal in exactly one ``error`` line, every stderr line tapegrad's own (no
@@ -169,6 +170,11 @@ def fixed_cases(root: Path, valid: dict) -> list[Case]:
                   {**b, "x_train": (x * 10).astype(np.int32),
                    "x_test": (b["x_test"] * 10).astype(np.int16)}),
     ]  # fmt: skip
+    # a zip that needs a newer reader ("version needed to extract" 17.3), as a mutation found
+    blob = bytearray(valid["npz"].read_bytes())
+    at = blob.find(b"PK\x01\x02")  # the central directory's first entry
+    blob[at + 6 : at + 8] = (173).to_bytes(2, "little")
+    cases.append(_npz_case("zip of a newer version", root / "f-zipver", bytes(blob)))
     sparse = root / "f-sparse"
     sparse.mkdir()
     with open(sparse / "w.safetensors", "wb") as f:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hostile_campaign import campaign
 
-FIXED_KINDS = 14
+FIXED_KINDS = 15
 
 
 def test_hostile_files_lose_nothing_and_print_no_traceback(tmp_path):

@@ -48,7 +48,7 @@ def load(path: Path) -> dict[str, np.ndarray] | None:
 
         with open_regular(path), np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError):
         return None
 
 

@@ -120,7 +120,15 @@ def _member_problem(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
             else:
                 shape, _, dtype = np.lib.format.read_array_header_2_0(f)
             header = f.tell()
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    except (
+        ValueError,
+        OSError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        NotImplementedError,
+    ) as e:
+        # NotImplementedError: a zip version or compression method zipfile cannot read
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         return f"{name} is not a readable array ({why})"
     if dtype.hasobject:
@@ -165,7 +173,14 @@ def load_npz(path: str | os.PathLike) -> ArrayDataset:
         arrays = _read_npz(path, shown)
     except DatasetError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error) as e:
+    except (
+        OSError,
+        ValueError,
+        zipfile.BadZipFile,
+        EOFError,
+        zlib.error,
+        NotImplementedError,
+    ) as e:
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"{shown}: not a readable .npz dataset ({why})") from None
     for k, a in arrays.items():
