@@ -529,7 +529,7 @@ def _read_model_file(path: str, plain: bool = False) -> tuple[dict, dict]:
             "config": model,
             "kind": f"checkpoint (global step {ckpt['global_step']})",
         }
-        return weights, desc
+        return _checked_settings(path, weights, desc)
     desc = {
         "preset": meta.get("preset"),
         "dataset": meta.get("dataset"),
@@ -537,7 +537,27 @@ def _read_model_file(path: str, plain: bool = False) -> tuple[dict, dict]:
         "config": _json_field(path, meta, "config") or {},
         "kind": "weights",
     }
-    return arrays, desc
+    return _checked_settings(path, arrays, desc)
+
+
+def _checked_settings(path: str, weights: dict, desc: dict) -> tuple[dict, dict]:
+    """(weights, desc) once the settings a file records are of the types and sizes a model
+    can be built from."""
+    from .train.experiment import config_problem
+
+    for key in ("preset", "dataset", "task"):
+        if desc[key] is not None and not isinstance(desc[key], str):
+            raise UserError(f"{path}: its metadata's {key} is not a name")
+    from .train.trainer import TASKS
+
+    if desc["task"] is not None and desc["task"] not in TASKS:
+        raise UserError(
+            f"{path}: its metadata's task {desc['task']!r} is none of {', '.join(TASKS)}"
+        )
+    problem = config_problem(desc["config"])
+    if problem is not None:
+        raise UserError(f"{path}: {problem}")
+    return weights, desc
 
 
 def _fitting_presets(weights: dict, config: dict) -> list[str]:

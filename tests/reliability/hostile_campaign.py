@@ -7,7 +7,7 @@ captured. The files: fixed kinds (a FIFO named like a checkpoint, ``/dev/zero``,
 features, NaN features, five million features, checkpoints re-signed with ``epoch: "seven"``
 or ``start: 1e9``) and, from a seeded generator, random mutations of valid files: bytes
 flipped, zeroed, inserted or deleted, truncations, garbage appended, header lengths
-rewritten; checkpoints re-signed (valid checksum) with random values in their metadata;
+rewritten; checkpoints and weights re-signed (valid checksum) with random metadata values;
 ``.npz`` files with random dtypes, shapes, labels, NaNs.
 
 Every case must end with an exit status in the documented set (0, 2 for a refused file, 3 for
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -215,6 +216,27 @@ def _hostile_meta(rng: np.random.Generator) -> dict:
     return {key: values[int(rng.integers(0, len(values)))]}
 
 
+def _resigned_weights(valid: dict, rng: np.random.Generator) -> bytes:
+    """The valid weights with one random value in their metadata, re-signed."""
+    import tapegrad as tg
+    from tapegrad.serialization import read_metadata
+
+    meta = read_metadata(valid["weights"])
+    values = ["seven", "mnist", "linear", "regression", "", "{}", "[]", "null", "1e9", "-3"]
+    key = str(rng.choice(["preset", "dataset", "task", "config", "inputs", "classes"]))
+    if key in ("inputs", "classes"):
+        config = json.loads(meta["config"])
+        config[key] = [None, "seven", -1, 0, 10**12, 1.5, True][int(rng.integers(0, 7))]
+        meta["config"] = json.dumps(config)
+    else:
+        meta[key] = values[int(rng.integers(0, len(values)))]
+    tmp = valid["weights"].parent / "resigned-w.safetensors"
+    tg.save(tg.load(valid["weights"]), tmp, metadata=meta)
+    data = tmp.read_bytes()
+    tmp.unlink()
+    return data
+
+
 def _hostile_npz(b: dict, rng: np.random.Generator) -> dict:
     out = dict(b)
     key = str(rng.choice(list(b)))
@@ -242,7 +264,7 @@ def _hostile_npz(b: dict, rng: np.random.Generator) -> dict:
 def random_case(i: int, root: Path, valid: dict, rng: np.random.Generator) -> Case:
     folder = root / f"m{i:06d}"
     kind = str(rng.choice(["checkpoint bytes", "checkpoint metadata", "weights bytes",
-                           "npz bytes", "npz arrays"]))  # fmt: skip
+                           "weights metadata", "npz bytes", "npz arrays"]))  # fmt: skip
     ckpt = valid["ckpt"].name
     if kind == "checkpoint bytes":
         return _resume_case(kind, folder, valid, ckpt, mutate(valid["ckpt"].read_bytes(), rng))
@@ -250,6 +272,8 @@ def random_case(i: int, root: Path, valid: dict, rng: np.random.Generator) -> Ca
         return _resume_case(kind, folder, valid, ckpt, _resigned(valid, _hostile_meta(rng)))
     if kind == "weights bytes":
         return _evaluate_case(kind, folder, valid, mutate(valid["weights"].read_bytes(), rng))
+    if kind == "weights metadata":
+        return _evaluate_case(kind, folder, valid, _resigned_weights(valid, rng))
     if kind == "npz bytes":
         return _npz_case(kind, folder, mutate(valid["npz"].read_bytes(), rng))
     return _npz_case(kind, folder, _hostile_npz(_blobs(valid), rng))

@@ -101,6 +101,28 @@ MAX_INFLATION = 200
 SMALL_MEMBER = 64 << 20
 
 
+#: The model settings a file may record, and the largest each may be.
+CONFIG_LIMITS = {
+    "inputs": MAX_FEATURES,
+    "classes": MAX_CLASSES,
+    "outputs": MAX_CLASSES,
+    "vocab_size": MAX_VOCAB,
+    "maxlen": 1 << 20,
+    "hidden": 1 << 16,
+}
+
+
+def config_problem(config: dict) -> str | None:
+    """Why model settings read from a file cannot build a model, or None: each known setting
+    a whole number from 1 to its limit (a checksum proves only who wrote the file)."""
+    for key, limit in CONFIG_LIMITS.items():
+        if key in config:
+            v = config[key]
+            if type(v) is not int or not 1 <= v <= limit:
+                return f"model setting {key} is {json.dumps(v)[:40]}, not a whole number 1..{limit}"
+    return None
+
+
 def _member_problem(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
     """Why an ``.npz`` member cannot be read safely, from the zip directory and the ``.npy``
     header alone (nothing inflated beyond the header): a declared size against the stored size
