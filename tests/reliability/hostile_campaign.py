@@ -365,10 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(tally.cases.values())
     print(f"{total} hostile-file cases (seed {args.seed}) in {seconds:.0f} s")
     for kind, n in sorted(tally.cases.items()):
-        print(f"  {kind:<24} {n}")
-    print(
-        "exit statuses: " + ", ".join(f"{c}: {n}" for c, n in sorted(tally.codes.items(), key=str))
-    )
+        codes = sorted((c, k) for (kk, c), k in tally.codes.items() if kk == kind)
+        shown = ", ".join(f"exit {c}: {k}" for c, k in codes)
+        print(f"  {kind:<24} {n:>6}  ({shown})")
     print(f"failures: {len(tally.failures)}")
     for f in tally.failures[:50]:
         print(f"  {f}")
