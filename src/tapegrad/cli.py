@@ -544,12 +544,11 @@ def _checked_settings(path: str, weights: dict, desc: dict) -> tuple[dict, dict]
     """(weights, desc) once the settings a file records are of the types and sizes a model
     can be built from."""
     from .train.experiment import config_problem
+    from .train.trainer import TASKS
 
     for key in ("preset", "dataset", "task"):
         if desc[key] is not None and not isinstance(desc[key], str):
             raise UserError(f"{path}: its metadata's {key} is not a name")
-    from .train.trainer import TASKS
-
     if desc["task"] is not None and desc["task"] not in TASKS:
         raise UserError(
             f"{path}: its metadata's task {desc['task']!r} is none of {', '.join(TASKS)}"
@@ -627,6 +626,19 @@ def _check_data_fits(path: str, dataset: str, saved: dict, data: dict) -> None:
             )
 
 
+def _fit_without_data(preset, config: dict, weights: dict) -> bool:
+    """Whether ``weights`` fit ``preset``'s model with the settings the file recorded alone
+    (the model it was trained as), the data's shapes left out."""
+    from .models import build_model
+    from .train.trainer import _state_problems
+
+    try:
+        model = build_model(preset, seed=0, **{**preset.extra, **config})
+    except Exception:  # settings meant for another architecture
+        return False
+    return not _state_problems(model, weights)
+
+
 def cmd_evaluate(args) -> int:
     from .models import build_model
     from .train import Trainer
@@ -670,6 +682,12 @@ def cmd_evaluate(args) -> int:
             f"{path}: its model settings do not fit preset {preset.name} ({e})"
         ) from None
     problems = _state_problems(model, weights)
+    if problems and is_npz(dataset) and _fit_without_data(preset, desc["config"], weights):
+        raise UserError(
+            f"{path} holds {preset.name} weights for data of another shape than {dataset}'s "
+            f"(samples {list(ds.test.x.shape[1:])}, {task}): evaluate it on data shaped like "
+            f"its training data"
+        )
     if problems:  # checked before any data loads
         fits = [f for f in _fitting_presets(weights, desc["config"]) if f != preset.name]
         owner = f"they are weights of preset {' or '.join(fits)}" if fits else "they fit no preset"
