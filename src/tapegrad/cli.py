@@ -1,11 +1,12 @@
 """The ``tapegrad`` command: train | evaluate | info | bench.
 
 User mistakes (unknown preset or option, a bad value, an output that cannot be written, missing
-or corrupt data, a bad model file or checkpoint, a resume with other settings) end with a
-one-line message on stderr and exit status 2, never a traceback; output targets are checked
-before any data loads. A diverged run exits with 3; a benchmark whose frameworks disagree
-(different first-step losses or accuracies) with 4; a run that trained but could not write an
-output where asked with 5 (each failure named, the weights saved elsewhere); a benchmark whose
+or corrupt data, a bad model file or checkpoint, a resume with other settings, a checkpoint
+folder another run holds) end with a one-line message on stderr and exit status 2, never a
+traceback; output targets are checked before any data loads. A diverged run exits with 3; a
+benchmark whose frameworks disagree (different first-step losses or accuracies) with 4; a run
+that trained but could not write an output or a checkpoint where asked with 5 (each failure
+named, the weights saved elsewhere, the earlier checkpoint kept); a benchmark whose
 self-check fails (a peer's worker more than 10% off that peer's plain training loop) with 6.
 SIGINT and SIGTERM stop training after the current step, write a mid-epoch checkpoint (with
 --checkpoint-dir) and print the command that resumes it; the exit status is then 130 or 143.

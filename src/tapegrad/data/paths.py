@@ -342,8 +342,12 @@ def sha256_file(path: PathLike) -> str:
 
 def read_sha256sums(path: PathLike) -> dict[str, str]:
     """``{file name: hex digest}`` from ``sha256sum`` output (``HEX  name`` or ``HEX *name``)."""
+    from ..safefile import open_regular
+
+    with open_regular(path, DatasetError, limit=1 << 20) as f:  # a list of names: small
+        text = f.read().decode("utf-8", errors="replace")
     sums = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
