@@ -381,14 +381,10 @@ def cmd_train(args) -> int:
         name = signal.Signals(e.signum).name
         where = f"epoch {e.epoch}, batch {e.batch} of {steps_per_epoch}"
         if e.checkpoint is None and args.checkpoint_dir:
-            from .train.checkpoint import load_latest
-
-            newest = load_latest(args.checkpoint_dir)
-            kept = newest[2]["path"] if newest else "none"
             print(
                 f"tapegrad train: {name}: stopped at {where}; the checkpoint could not be "
-                f"written (see above); the newest one is {kept}. Resume with: "
-                f"{_resume_command(args, comm.size)}",
+                f"written (see above); the newest one is {_newest(args.checkpoint_dir)}. "
+                f"Resume with: {_resume_command(args, comm.size)}",
                 file=sys.stderr,
             )
         elif e.checkpoint is not None:
@@ -455,17 +451,23 @@ def cmd_train(args) -> int:
         fallback_dirs=[args.checkpoint_dir] if args.checkpoint_dir else [],
         fallback_name=f"{preset.name}-weights",
     )
-    if trainer.checkpoint_failures:
-        from .train.checkpoint import load_latest
-
-        failures, newest = trainer.checkpoint_failures, load_latest(args.checkpoint_dir)
+    failures = trainer.checkpoint_failures
+    if failures:
         print(
             f"tapegrad train: error: {len(failures)} checkpoint(s) could not be written in "
             f"{args.checkpoint_dir} ({failures[-1]}); the newest there is "
-            f"{newest[2]['path'] if newest else 'none'}",
+            f"{_newest(args.checkpoint_dir)}",
             file=sys.stderr,
         )
     return EXIT_OUTPUT if failed or trainer.checkpoint_failures else 0
+
+
+def _newest(directory) -> str:
+    """The newest valid checkpoint in ``directory`` (what a resume would use), or 'none'."""
+    from .train.checkpoint import load_latest
+
+    found = load_latest(directory)
+    return found[2]["path"] if found else "none"
 
 
 def _describe_schedule(spec: dict) -> str:
