@@ -151,15 +151,15 @@ def meta_problem(meta: dict) -> str | None:
     """Why a checkpoint's (verified) metadata cannot be resumed from, or None: every field a
     resume uses has its type and a sane range (a checksum proves only who wrote a file)."""
     for key, test, want in _FIELDS:
-        if key in meta or key in ("global_step", "epoch", "start"):
+        if key in meta or key == "global_step":
             value = meta.get(key)
             if not test(value):
                 return f"says {key} is {json.dumps(value)[:40]}, not {want}"
     step = meta["global_step"]
-    if meta["start"] > step or meta["epoch"] - 1 > step:
+    if meta.get("start", 0) > step or meta.get("epoch", 1) - 1 > step:
         return (
-            f"places the run at epoch {meta['epoch']}, batch {meta['start']}, beyond its "
-            f"{step} steps"
+            f"places the run at epoch {meta.get('epoch', 1)}, batch {meta.get('start', 0)}, "
+            f"beyond its {step} steps"
         )
     partial = meta.get("partial")
     if partial is not None:

@@ -587,6 +587,8 @@ class Trainer:
             return 1, 0, None
         model_state, optim_state, meta = found
         path = meta["path"]
+        if "epoch" not in meta or "start" not in meta:
+            raise CheckpointError(f"checkpoint {path} records no position (epoch, batch) to resume")
         mine = {"seed": self.seed, "batch_size": self._batch_size, "task": self.task}
         theirs = {k: meta.get(k, mine[k]) for k in mine}
         diffs = config_differences(theirs, mine)
