@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import write_blobs
 
-from tapegrad.train.checkpoint import find_latest, list_checkpoints
+from tapegrad.train.checkpoint import CheckpointError, find_latest, list_checkpoints
 from tapegrad.train.dirlock import LOCK_NAME, FolderLock, FolderLocked
 
 
@@ -135,3 +135,11 @@ def test_the_lock_in_one_process(tmp_path):
     with FolderLock(folder, "run B"):
         pass
     assert folder.is_dir() and list(folder.iterdir()) == []  # not made by the lock: kept
+
+
+def test_a_symlink_planted_as_the_lock_file_is_refused(tmp_path):
+    (tmp_path / "elsewhere").write_text("x")
+    os.symlink(tmp_path / "elsewhere", tmp_path / LOCK_NAME)
+    with pytest.raises(CheckpointError, match="cannot open its lock file"):
+        FolderLock(tmp_path, "run").acquire()
+    assert (tmp_path / "elsewhere").read_text() == "x"

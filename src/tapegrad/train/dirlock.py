@@ -78,7 +78,16 @@ class FolderLock:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made_folder = True
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            try:
+                fd = os.open(
+                    self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644
+                )
+            except OSError as e:  # a symbolic link planted there (ELOOP), no permission
+                self._tidy()
+                raise CheckpointError(
+                    f"--checkpoint-dir {self.directory}: cannot open its lock file {self.path} "
+                    f"({e.strerror or e})"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
