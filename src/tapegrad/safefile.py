@@ -78,9 +78,3 @@ def open_regular(
     except BaseException:
         os.close(fd)
         raise
-
-
-def check_regular(path: str | os.PathLike, error: type[Exception] = ValueError) -> int:
-    """The size of ``path`` if it is a regular file; else ``error`` naming what it is."""
-    with open_regular(path, error) as f:
-        return os.fstat(f.fileno()).st_size
