@@ -46,7 +46,7 @@ def load(path: Path) -> dict[str, np.ndarray] | None:
     try:
         from ..safefile import open_regular
 
-        with open_regular(path), np.load(path, allow_pickle=False) as z:
+        with open_regular(path) as f, np.load(f, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError):
         return None
