@@ -130,7 +130,7 @@ def test_the_lock_in_one_process(tmp_path):
         assert (folder / LOCK_NAME).is_file()
         with pytest.raises(FolderLocked, match=rf"pid {os.getpid()} \(run A\)"):
             FolderLock(folder, "run B").acquire()
-    assert not folder.exists() and notices == []
+    assert not (tmp_path / "new").exists() and notices == []
     folder.mkdir(parents=True)
     with FolderLock(folder, "run B"):
         pass

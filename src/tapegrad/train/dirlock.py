@@ -11,8 +11,8 @@ it was. ``flock`` is used rather than a pid in an O_EXCL file (the pid may be re
 unrelated process) or the ``filelock`` package (it records no owner to name).
 
 Releasing removes the lock file (while still holding it; a run that opened the old file in the
-meantime notices the file is gone and opens the new one), and the folder too if this run made it
-and left nothing in it (a run refused for another reason leaves no empty folder behind).
+meantime notices the file is gone and opens the new one), and the folders acquiring made, while
+they are empty (a run refused for another reason leaves no empty folder behind).
 """
 
 from __future__ import annotations
@@ -68,15 +68,18 @@ class FolderLock:
         self.command = command
         self.notice = notice or (lambda message: None)
         self._fd: int | None = None
-        self._made_folder = False
+        self._made: list[Path] = []  # the folders acquire() created, innermost first
 
     def acquire(self) -> FolderLock:
         if fcntl is None:  # pragma: no cover
             self.notice(f"cannot lock {self.directory} here: make sure no other run uses it")
             return self
         if not self.directory.is_dir():
+            missing = self.directory.absolute()
+            while not missing.exists() and missing != missing.parent:
+                self._made.append(missing)
+                missing = missing.parent
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._made_folder = True
         while True:
             try:
                 fd = os.open(
@@ -148,9 +151,12 @@ class FolderLock:
         self._tidy()
 
     def _tidy(self) -> None:
-        if self._made_folder:
-            with contextlib.suppress(OSError):
-                self.directory.rmdir()  # only when empty
+        for folder in self._made:  # innermost first; only while empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._made = []
 
     def __enter__(self) -> FolderLock:
         return self.acquire()
