@@ -118,8 +118,11 @@ class FolderLock:
             "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(record).encode(), 0)
+        except OSError:  # a full disk: the lock holds all the same; a refused run names no pid
+            pass
         return self
 
     def _same_file(self, fd: int) -> bool:
