@@ -8,18 +8,21 @@ added. They run in parallel (each is a process of its own), so the table costs a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.numpy
 from cli_helpers import write_blobs
 
 import tapegrad as tg
-from tapegrad.serialization import read_metadata
+from tapegrad.serialization import load_arrays, read_metadata, save_arrays
 from tapegrad.train.checkpoint import list_checkpoints
 
 OUTPUT_SECONDS = 2.0  # CPU time: an output error comes before any data loads (~0.4 s here)
@@ -51,6 +54,7 @@ def made(tmp_path_factory, real_data) -> dict[str, Path]:
     weights = tg.load(root / "mlp.safetensors")
     meta = read_metadata(root / "mlp.safetensors")
     tg.save(weights, root / "no-meta.safetensors")
+    safetensors.numpy.save_file(weights, root / "plain.safetensors")  # another program's
     tg.save(weights, root / "says-cnn.safetensors", metadata={**meta, "preset": "seed-cnn"})
     tg.save({k: v.astype(np.float64) for k, v in weights.items()}, root / "f64.safetensors",
             metadata=meta)  # fmt: skip
@@ -63,7 +67,69 @@ def made(tmp_path_factory, real_data) -> dict[str, Path]:
     (root / "a-file").write_text("x")
     (root / "a-folder").mkdir()
     (root / "empty-data").mkdir()
+    _hostile(root, ckpt)
+    mnist = root / "fifo-data" / "mnist"  # real MNIST files, but the training images a FIFO
+    mnist.mkdir(parents=True)
+    for f in (Path(DATA[0]) / "mnist").glob("*-ubyte.gz"):
+        if f.name.startswith("train-images"):
+            os.mkfifo(mnist / f.name)
+        else:
+            os.symlink(f, mnist / f.name)
     return {"root": root, "ck": root / "ck", "ckpt": ckpt}
+
+
+def _hostile(root: Path, ckpt: Path) -> None:
+    """Files of issue 23: what tapegrad must refuse before reading them whole."""
+    os.symlink("loop", root / "loop")  # a symbolic link to itself
+    os.mkfifo(root / "pipe.safetensors")
+    os.mkfifo(root / "pipe.npz")
+    (root / "fifo-ck").mkdir()
+    os.mkfifo(root / "fifo-ck" / "ckpt-000000999.safetensors")
+    arrays, meta = load_arrays(ckpt)
+    for name, edit in (("seven", {"epoch": "seven"}), ("start", {"start": 1e9})):
+        (root / name).mkdir()
+        save_arrays(root / name / ckpt.name, arrays, {**meta, **edit})  # a valid checksum
+    rng = np.random.default_rng(0)
+    x, xt, y, yt = rng.random((40, 5)), rng.random((10, 5)), np.arange(40) % 3, np.arange(10) % 3
+    npz = {
+        "one-d": dict(x_train=x[:, 0], x_test=xt[:, 0]),
+        "label-1e9": dict(y_train=np.where(y == 2, 10**9, y)),
+        "label-u64": dict(y_train=np.where(y == 2, 2**64 - 1, y).astype(np.uint64)),
+        "nan-x-test": dict(x_test=np.where(xt > 0.9, np.nan, xt)),
+        "nan-x-train": dict(x_train=np.where(x > 0.9, np.nan, x)),
+        "five-million": dict(x_train=np.zeros((2, 5_000_000), np.uint8),
+                             x_test=np.zeros((1, 5_000_000), np.uint8),
+                             y_train=np.zeros(2, np.int64), y_test=np.zeros(1, np.int64)),
+        "wide": dict(x_train=rng.random((40, 20)), x_test=rng.random((10, 20))),
+    }  # fmt: skip
+    for name, arrays in npz.items():
+        np.savez(
+            root / f"{name}.npz", **{**dict(x_train=x, y_train=y, x_test=xt, y_test=yt), **arrays}
+        )
+    _zip_bomb(root / "bomb.npz")
+    config = json.dumps({"inputs": 5, "classes": 3})
+    meta = {"preset": "linear", "dataset": "five.npz", "task": "multiclass", "config": config}
+    tg.save({"1.weight": np.zeros((3, 5), np.float32), "1.bias": np.zeros(3, np.float32)},
+            root / "five-wide.safetensors", metadata=meta)  # fmt: skip
+
+
+def _zip_bomb(path: Path) -> None:
+    """An .npz whose x_train inflates 128 MiB of zeros from ~130 KiB (declared in the zip
+    directory, and truly so: the refusal must come from the directory, not from inflating)."""
+    small = {
+        "y_train": np.zeros(4, np.int64),
+        "x_test": np.zeros((2, 8)),
+        "y_test": np.zeros(2, np.int64),
+    }
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("x_train.npy", "w", force_zip64=True) as f:
+            header = {"descr": "<f8", "fortran_order": False, "shape": (4, 1 << 22)}
+            np.lib.format.write_array_header_2_0(f, header)
+            for _ in range(32):
+                f.write(bytes(1 << 22))
+        for k, a in small.items():
+            with z.open(f"{k}.npy", "w") as f:
+                np.lib.format.write_array(f, a)
 
 
 def _flip(blob: bytes) -> bytes:
@@ -136,6 +202,46 @@ CASES = [
     ("evaluate bad json", "evaluate {root}/bad-json.safetensors", "'config' is not valid JSON", 0),
     ("evaluate list json", "evaluate {root}/list-json.safetensors", "not an object", 0),
     ("evaluate checkpoint flipped", "evaluate {root}/flipped/{ckpt}", "checksum mismatch", 0),
+    # 7. issue 23: hostile files refused before they are read whole, never a hang
+    ("evaluate the zero device", "evaluate /dev/zero", "it is a character device", 0),
+    ("evaluate a FIFO", "evaluate {root}/pipe.safetensors", "it is a FIFO", 0),
+    ("evaluate a folder", "evaluate {root}/a-folder", "it is a folder", 0),
+    ("resume a FIFO checkpoint", "train mlp --checkpoint-dir {root}/fifo-ck --resume",
+     "it is a FIFO", 0),
+    ("checkpoint epoch seven", "train mlp --checkpoint-dir {root}/seven --resume",
+     'epoch is "seven"', 0),
+    ("checkpoint start 1e9", "train mlp --checkpoint-dir {root}/start --resume",
+     "start is 1000000000.0", 0),
+    ("evaluate epoch seven", "evaluate {root}/seven/{ckpt}", 'epoch is "seven"', 0),
+    ("npz 1-D x_train", "train mlp --dataset {root}/one-d.npz", "x_train is 1-D", 0),
+    ("npz label 1e9", "train mlp --dataset {root}/label-1e9.npz", "label 1000000000", 0),
+    ("npz label 2**64-1", "train linear --dataset {root}/label-u64.npz",
+     "label 18446744073709551615", 0),
+    ("npz NaN in x_test", "train mlp --dataset {root}/nan-x-test.npz",
+     "data problem: x_test holds NaN", 0),
+    ("npz NaN in x_train", "train mlp --dataset {root}/nan-x-train.npz",
+     "data problem: x_train holds NaN", 0),
+    ("npz five million features", "train mlp --dataset {root}/five-million.npz",
+     "5000000 values per sample", 0),
+    ("npz zip bomb", "train mlp --dataset {root}/bomb.npz", "refused as a zip bomb", 0),
+    ("npz a FIFO", "train mlp --dataset {root}/pipe.npz", "it is a FIFO", 0),
+    ("MNIST file a FIFO", "train mlp --data-dir {root}/fifo-data", "it is a FIFO", 0),
+    ("evaluate other width", "evaluate {root}/five-wide.safetensors --dataset {root}/wide.npz",
+     "takes 5 values per sample", 0),
+    ("plain safetensors, no preset", "evaluate {root}/plain.safetensors",
+     "pass --preset NAME", 0),
+    # 8. issue 23: values accepted silently before, names that crashed
+    ("seed negative", "train mlp --seed -1", "argument --seed: must be >= 0", 0),
+    ("momentum 2", "train seed-rnn --optimizer sgd --momentum 2", "momentum must be below 1", 0),
+    ("step-every alone", "train mlp --step-every 2", "add --scheduler step", 0),
+    ("step-every with cosine", "train mlp --scheduler cosine --step-every 2",
+     "add --scheduler step", 0),
+    ("save under a symlink loop", "train mlp --save {root}/loop/m.safetensors", "leads nowhere",
+     True),
+    *[(f"{flag} name over 255 bytes", f"train mlp {flag} {{root}}/{'n' * 300}{ext}",
+       "over the 255", True)
+      for flag, ext in (("--save", "/m.safetensors"), ("--json", ".json"), ("--csv", "/r.csv"),
+                        ("--plot", "/r.png"), ("--checkpoint-dir", ""))],
 ]  # fmt: skip
 
 
@@ -252,3 +358,13 @@ def test_edges_of_a_working_run(tmp_path):
         if not ok:
             failures.append(f"{name}: exit {code}, stdout {out!r}, stderr {err!r}")
     assert not failures, "\n".join(failures)
+
+
+def test_evaluate_takes_a_plain_safetensors_file_with_preset(made, tmp_path):
+    """A safetensors file written by another program (no tapegrad checksum) is evaluated with
+    --preset, as evaluate's help says, after a one-line note that it is read unverified."""
+    argv = ["evaluate", str(made["root"] / "plain.safetensors"), "--preset", "mlp"]
+    code, out, err, _ = _run(argv, tmp_path)
+    assert code == 0, err
+    assert err.count("\n") == 1 and "no tapegrad checksum" in err and "unverified" in err
+    assert out.startswith("mlp on mnist test set (10000 samples): loss ")

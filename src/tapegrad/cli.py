@@ -1,11 +1,12 @@
 """The ``tapegrad`` command: train | evaluate | info | bench.
 
 User mistakes (unknown preset or option, a bad value, an output that cannot be written, missing
-or corrupt data, a bad model file or checkpoint, a resume with other settings) end with a
-one-line message on stderr and exit status 2, never a traceback; output targets are checked
-before any data loads. A diverged run exits with 3; a benchmark whose frameworks disagree
-(different first-step losses or accuracies) with 4; a run that trained but could not write an
-output where asked with 5 (each failure named, the weights saved elsewhere); a benchmark whose
+or corrupt data, a bad model file or checkpoint, a resume with other settings, a checkpoint
+folder another run holds) end with a one-line message on stderr and exit status 2, never a
+traceback; output targets are checked before any data loads. A diverged run exits with 3; a
+benchmark whose frameworks disagree (different first-step losses or accuracies) with 4; a run
+that trained but could not write an output or a checkpoint where asked with 5 (each failure
+named, the weights saved elsewhere, the earlier checkpoint kept); a benchmark whose
 self-check fails (a peer's worker more than 10% off that peer's plain training loop) with 6.
 SIGINT and SIGTERM stop training after the current step, write a mid-epoch checkpoint (with
 --checkpoint-dir) and print the command that resumes it; the exit status is then 130 or 143.
@@ -165,7 +166,7 @@ def _check_train_args(args, preset) -> str:
     if preset.name in GENERIC and not is_npz(dataset):
         raise UserError(f"{preset.name} trains on your own data: pass --dataset path/to/data.npz")
     if is_npz(dataset):
-        if not os.path.isfile(dataset):
+        if not os.path.lexists(dataset):
             raise UserError(f"--dataset {dataset}: no such file")
         if args.data_dir:
             raise UserError(
@@ -180,6 +181,16 @@ def _check_train_args(args, preset) -> str:
         raise UserError(
             f"--momentum applies to sgd and rmsprop; {optimizer} (the "
             f"{'chosen' if args.optimizer else preset.name + ' default'}) has none"
+        )
+    if args.momentum >= 1:
+        raise UserError(
+            f"--momentum {args.momentum:g}: momentum must be below 1 (0.9 is usual); at 1 or "
+            f"more every update grows without bound"
+        )
+    if args.step_every is not None and args.scheduler != "step":
+        raise UserError(
+            "--step-every sets the step schedule's decay interval: add --scheduler step"
+            + (f" (the {args.scheduler} schedule has none)" if args.scheduler else "")
         )
     if args.resume and not args.checkpoint_dir:
         raise UserError("--resume needs --checkpoint-dir (where the checkpoints are)")
@@ -254,6 +265,24 @@ def _check_checkpoints(args, settings: dict) -> None:
         )
 
 
+_held_locks: list = []  # the checkpoint folder this process owns (see _lock_checkpoints)
+
+
+def _lock_checkpoints(args) -> None:
+    """Own ``--checkpoint-dir`` for this run: a second run on it refuses naming this one; a
+    lock left by a run that died is taken over with a notice (see tapegrad.train.dirlock)."""
+    from .train.dirlock import FolderLock
+
+    if args.checkpoint_dir:
+        command = shlex.join(["tapegrad", "train", *args.argv])
+        _held_locks.append(FolderLock(args.checkpoint_dir, command, notice=_say).acquire())
+
+
+def _release_locks() -> None:
+    while _held_locks:
+        _held_locks.pop().release()
+
+
 def _set_threads(n: int | None) -> None:
     if n is None:
         return
@@ -298,6 +327,7 @@ def cmd_train(args) -> int:
         agree(comm, {**vars_of(args), "tapegrad version": versions()["tapegrad"]})
     # rank 0 alone writes the outputs and reads the checkpoints: it checks them before data loads
     _on_rank_0(comm, lambda: check_outputs(files, args.checkpoint_dir))
+    _on_rank_0(comm, lambda: _lock_checkpoints(args))
     _on_rank_0(comm, lambda: _check_checkpoints(args, _settings(args, preset, dataset, epochs)))
     _set_threads(args.threads)
     device = _device(args.device, comm)
@@ -373,7 +403,14 @@ def cmd_train(args) -> int:
             return 128 + e.signum
         name = signal.Signals(e.signum).name
         where = f"epoch {e.epoch}, batch {e.batch} of {steps_per_epoch}"
-        if e.checkpoint is not None:
+        if e.checkpoint is None and args.checkpoint_dir:
+            print(
+                f"tapegrad train: {name}: stopped at {where}; the checkpoint could not be "
+                f"written (see above); the newest one is {_newest(args.checkpoint_dir)}. "
+                f"Resume with: {_resume_command(args, comm.size)}",
+                file=sys.stderr,
+            )
+        elif e.checkpoint is not None:
             print(
                 f"tapegrad train: {name}: stopped at {where}; saved checkpoint {e.checkpoint}. "
                 f"Resume with: {_resume_command(args, comm.size)}",
@@ -437,7 +474,23 @@ def cmd_train(args) -> int:
         fallback_dirs=[args.checkpoint_dir] if args.checkpoint_dir else [],
         fallback_name=f"{preset.name}-weights",
     )
-    return EXIT_OUTPUT if failed else 0
+    failures = trainer.checkpoint_failures
+    if failures:
+        print(
+            f"tapegrad train: error: {len(failures)} checkpoint(s) could not be written in "
+            f"{args.checkpoint_dir} ({failures[-1]}); the newest there is "
+            f"{_newest(args.checkpoint_dir)}",
+            file=sys.stderr,
+        )
+    return EXIT_OUTPUT if failed or trainer.checkpoint_failures else 0
+
+
+def _newest(directory) -> str:
+    """The newest valid checkpoint in ``directory`` (what a resume would use), or 'none'."""
+    from .train.checkpoint import load_latest
+
+    found = load_latest(directory)
+    return found[2]["path"] if found else "none"
 
 
 def _describe_schedule(spec: dict) -> str:
@@ -461,14 +514,25 @@ def _json_field(path, meta: dict, key: str, kind=dict):
     return value
 
 
-def _read_model_file(path: str) -> tuple[dict, dict]:
+def _read_model_file(path: str, plain: bool = False) -> tuple[dict, dict]:
     """(weights, description: preset, dataset, task, config, kind) of a file written by
-    ``train --save`` or a checkpoint."""
-    from .serialization import read_file
+    ``train --save`` or a checkpoint; with ``plain``, also of a safetensors file written by
+    another program (no tapegrad checksum or metadata: the caller names the preset)."""
+    from .serialization import ModelFileError, read_file
+    from .train.checkpoint import meta_problem
 
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise UserError(f"{path}: no such file")
-    arrays, meta, kind = read_file(path)
+    try:
+        arrays, meta, kind = read_file(path, checksum=not plain)
+    except ModelFileError as e:
+        if "has no tapegrad checksum" not in str(e):
+            raise
+        raise UserError(f"{e}; pass --preset NAME to evaluate such a file unverified") from None
+    if kind == "plain":
+        _say(f"note: {path} has no tapegrad checksum (written by another program): read unverified")
+        desc = {"preset": None, "dataset": None, "task": None, "config": {}, "kind": "weights"}
+        return arrays, desc
     if kind == "arrays":
         ckpt = _json_field(path, meta, "meta") or {}
         run = ckpt.get("config")
@@ -477,6 +541,9 @@ def _read_model_file(path: str) -> tuple[dict, dict]:
                 f"{path} is not a tapegrad checkpoint with a run configuration (nor a model "
                 f"file from 'tapegrad train --save')"
             )
+        problem = meta_problem(ckpt)
+        if problem is not None:
+            raise UserError(f"{path}: a checkpoint whose metadata {problem}")
         weights = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
         model = run.get("model", {})
         if not isinstance(model, dict):
@@ -488,7 +555,7 @@ def _read_model_file(path: str) -> tuple[dict, dict]:
             "config": model,
             "kind": f"checkpoint (global step {ckpt['global_step']})",
         }
-        return weights, desc
+        return _checked_settings(path, weights, desc)
     desc = {
         "preset": meta.get("preset"),
         "dataset": meta.get("dataset"),
@@ -496,7 +563,26 @@ def _read_model_file(path: str) -> tuple[dict, dict]:
         "config": _json_field(path, meta, "config") or {},
         "kind": "weights",
     }
-    return arrays, desc
+    return _checked_settings(path, arrays, desc)
+
+
+def _checked_settings(path: str, weights: dict, desc: dict) -> tuple[dict, dict]:
+    """(weights, desc) once the settings a file records are of the types and sizes a model
+    can be built from."""
+    from .train.experiment import config_problem
+    from .train.trainer import TASKS
+
+    for key in ("preset", "dataset", "task"):
+        if desc[key] is not None and not isinstance(desc[key], str):
+            raise UserError(f"{path}: its metadata's {key} is not a name")
+    if desc["task"] is not None and desc["task"] not in TASKS:
+        raise UserError(
+            f"{path}: its metadata's task {desc['task']!r} is none of {', '.join(TASKS)}"
+        )
+    problem = config_problem(desc["config"])
+    if problem is not None:
+        raise UserError(f"{path}: {problem}")
+    return weights, desc
 
 
 def _fitting_presets(weights: dict, config: dict) -> list[str]:
@@ -546,15 +632,48 @@ def vars_of(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in ("func", "argv")}
 
 
+def _check_data_fits(path: str, dataset: str, saved: dict, data: dict) -> None:
+    """Refuse data the saved model cannot read (another width, sequence length, more classes
+    or words than it has), before any evaluation."""
+    words = {"inputs": "values per sample", "maxlen": "tokens per sample"}
+    for key, have in data.items():
+        want = saved.get(key)
+        if want is None or want == have:
+            continue
+        if key in words:
+            raise UserError(
+                f"{path} takes {want} {words[key]}; {dataset}'s samples have {have}: "
+                f"evaluate it on data shaped like its training data"
+            )
+        if have > want:  # classes, outputs, vocab_size: the data needs more than the model has
+            raise UserError(
+                f"{path} has {want} {key.replace('_', ' ')}; {dataset} needs {have}: these "
+                f"weights were trained on other data"
+            )
+
+
+def _fit_without_data(preset, config: dict, weights: dict) -> bool:
+    """Whether ``weights`` fit ``preset``'s model with the settings the file recorded alone
+    (the model it was trained as), the data's shapes left out."""
+    from .models import build_model
+    from .train.trainer import _state_problems
+
+    try:
+        model = build_model(preset, seed=0, **{**preset.extra, **config})
+    except Exception:  # settings meant for another architecture
+        return False
+    return not _state_problems(model, weights)
+
+
 def cmd_evaluate(args) -> int:
     from .models import build_model
     from .train import Trainer
-    from .train.experiment import is_npz, load_dataset, load_npz, shape_for_data
+    from .train.experiment import fit_features, is_npz, load_dataset, load_npz, shape_for_data
     from .train.trainer import _state_problems
 
     path = args.model_file
     device = _device(args.device)
-    weights, desc = _read_model_file(path)
+    weights, desc = _read_model_file(path, plain=args.preset is not None)
     name = desc["preset"]
     if name is None and args.preset is None:
         fits = _fitting_presets(weights, desc["config"])
@@ -569,12 +688,14 @@ def cmd_evaluate(args) -> int:
     dataset = args.dataset or desc["dataset"] or preset.dataset
     config, task = dict(desc["config"]), desc["task"] or preset.task
     if is_npz(dataset):
-        if not os.path.isfile(dataset):
+        if not os.path.lexists(dataset):
             base = os.path.basename(dataset)
             raise UserError(f"{path} was trained on {dataset}: pass --dataset path/to/{base}")
         ds = load_npz(dataset)
         task, shaped = shape_for_data(preset, ds)
+        _check_data_fits(path, dataset, config, shaped)
         config = {**shaped, **config}
+        fit_features(preset, ds)
     elif dataset not in preset.datasets:
         raise UserError(
             f"{path} holds a {preset.name} model, which takes "
@@ -587,12 +708,20 @@ def cmd_evaluate(args) -> int:
             f"{path}: its model settings do not fit preset {preset.name} ({e})"
         ) from None
     problems = _state_problems(model, weights)
+    if problems and is_npz(dataset) and _fit_without_data(preset, desc["config"], weights):
+        raise UserError(
+            f"{path} holds {preset.name} weights for data of another shape than {dataset}'s "
+            f"(samples {list(ds.test.x.shape[1:])}, {task}): evaluate it on data shaped like "
+            f"its training data"
+        )
     if problems:  # checked before any data loads
         fits = [f for f in _fitting_presets(weights, desc["config"]) if f != preset.name]
         owner = f"they are weights of preset {' or '.join(fits)}" if fits else "they fit no preset"
         raise UserError(f"{path}: not {preset.name} weights ({problems}); {owner}")
     if not is_npz(dataset):
         ds, _ = load_dataset(dataset, args.data_dir, **{**preset.extra, **config})
+        features = int(np.prod(ds.test.x.shape[1:]))
+        _check_data_fits(path, dataset, config, {"inputs": features})
     model.load_state_dict(weights)
     trainer = Trainer(model, optimizer=None, task=task, log=None, device=device)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
@@ -809,10 +938,11 @@ def _number(kind: str):
     return parse
 
 
-_POS_INT, _POS_FLOAT, _NONNEG_FLOAT = (
+_POS_INT, _POS_FLOAT, _NONNEG_FLOAT, _NONNEG_INT = (
     _number("positive int"),
     _number("positive float"),
     _number("nonnegative float"),
+    _number("nonnegative int"),
 )
 
 
@@ -889,7 +1019,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--gamma", type=_POS_FLOAT, default=0.1, help="step schedule: decay factor (default: 0.1)"
     )
-    t.add_argument("--seed", type=int, default=0, help="weights and batch order (default: 0)")
+    t.add_argument(
+        "--seed", type=_NONNEG_INT, default=0, help="weights and batch order (default: 0)"
+    )
     t.add_argument("--threads", type=_POS_INT, help="numba and BLAS threads (default: all CPUs)")
     t.add_argument(
         "--data-dir",
@@ -1080,6 +1212,7 @@ def main(argv: list[str] | None = None) -> int:
     except _Terminated:
         return _fail(args, 128 + signal.SIGTERM, "terminated (SIGTERM)")
     finally:
+        _release_locks()
         paths.DATA_DIR_OPTION = wording
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -27,6 +27,7 @@ import safetensors
 import safetensors.numpy
 
 from .autodiff import Tensor
+from .safefile import describe_bytes, memory_limit, open_regular
 
 __all__ = [
     "ModelFileError",
@@ -238,40 +239,85 @@ def save_arrays(path: str | os.PathLike, arrays: dict, meta: dict | None = None)
 
 
 # -- reading ---------------------------------------------------------------------------------
-def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Parse and verify a file; return (name -> writable ndarray in saved order, metadata)."""
+#: The largest safetensors header read (the format's own readers stop at 100 MB as well).
+MAX_HEADER_BYTES = 100 << 20
+
+
+def _read_bytes(path, fail) -> bytes:
+    """The whole file, once its header is read and found consistent with the file's size: a
+    FIFO or device is refused unopened, a header length beyond the file or the limit before
+    anything else is read, and data beyond the memory available before it is read."""
+    with open_regular(path, ModelFileError) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise fail(f"too short for a safetensors file ({size} bytes)")
+        head = f.read(8)
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            raise fail(
+                f"header length {n} exceeds the file's {size - 8} remaining bytes "
+                "(truncated, or not a safetensors file)"
+            )
+        if n > MAX_HEADER_BYTES:
+            raise fail(f"header length {n} is over the {MAX_HEADER_BYTES}-byte limit")
+        header = f.read(n)
+        data_end = _data_end(header, fail)
+        if data_end is not None and data_end != size - 8 - n:
+            raise fail(
+                f"its header describes {data_end} data bytes, the file holds {size - 8 - n} "
+                "(truncated or padded)"
+            )
+        limit = memory_limit()
+        if size > limit:
+            raise fail(f"is {describe_bytes(size)}, more than the {describe_bytes(limit)} free")
+        return head + header + f.read()
+
+
+def _data_end(header: bytes, fail) -> int | None:
+    """The end of the data the header describes (None when the header cannot tell: the
+    full parse below names the problem)."""
+    try:
+        parsed = json.loads(header)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise fail("header is not valid JSON (not a safetensors file?)") from None
+    if not isinstance(parsed, dict):
+        raise fail("header is not a JSON object (not a safetensors file?)")
+    end = 0
+    for name, entry in parsed.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int and o >= 0 for o in offsets)
+        ):
+            raise fail(f"tensor {name!r} has no valid data_offsets in the header")
+        end = max(end, offsets[1])
+    return end
+
+
+def _read(
+    path: str | os.PathLike, checksum: bool = True
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Parse and verify a file; return (name -> writable ndarray in saved order, metadata).
+    ``checksum=False`` also accepts a plain safetensors file without tapegrad's checksum
+    (one with a checksum is still verified)."""
     shown = os.fspath(path)
 
     def fail(problem: str) -> ModelFileError:
         return ModelFileError(f"{shown}: {problem}")
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise fail(f"cannot read the file ({e.strerror or e})") from None
-    if len(data) < 8:
-        raise fail(f"too short for a safetensors file ({len(data)} bytes)")
+    data = _read_bytes(path, fail)
     n = int.from_bytes(data[:8], "little")
-    if n > len(data) - 8:
-        raise fail(
-            f"header length {n} exceeds the file's {len(data) - 8} remaining bytes "
-            "(truncated, or not a safetensors file)"
-        )
-    try:
-        header = json.loads(data[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        # RecursionError: JSON nested deeper than the parser's stack allows
-        raise fail("header is not valid JSON (not a safetensors file?)") from None
-    if not isinstance(header, dict):
-        raise fail("header is not a JSON object (not a safetensors file?)")
+    header = json.loads(data[8 : 8 + n])
     meta = header.get("__metadata__") or {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise fail("header metadata is not a map of strings")
     try:
         items = safetensors.deserialize(data)
     except Exception as e:  # the library reports inconsistent offsets, sizes, dtypes
-        raise fail(f"invalid safetensors contents ({e})") from None
+        raise fail(f"invalid safetensors contents ({str(e).splitlines()[0]})") from None
     del data
     arrays: dict[str, np.ndarray] = {}
     for name, view in items:
@@ -281,6 +327,9 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str
         arrays[name] = np.frombuffer(view["data"], dtype=dtype).reshape(view["shape"])
     stored = meta.get(_DIGEST)
     if stored is None:
+        if not checksum:
+            order = [k for k in header if k != "__metadata__" and k in arrays]
+            return {k: arrays[k] for k in order}, meta
         raise fail("has no tapegrad checksum (not written by tapegrad.save or save_arrays)")
     if _digest(arrays, meta) != stored:
         raise fail("checksum mismatch: the file was modified or corrupted after it was written")
@@ -310,11 +359,16 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     return {k: v for k, v in meta.items() if not k.startswith("tapegrad.")}
 
 
-def read_file(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+def read_file(
+    path: str | os.PathLike, checksum: bool = True
+) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
     """``(arrays, user metadata, kind)`` of a verified file of either kind: ``"model"`` (from
     :func:`save`) or ``"arrays"`` (from :func:`save_arrays`; its ``meta`` dict is returned
-    JSON-encoded under the key ``"meta"``)."""
-    arrays, meta = _read(path)
+    JSON-encoded under the key ``"meta"``). ``checksum=False`` also accepts a plain
+    safetensors file written by another program (kind ``"plain"``, nothing to verify it by)."""
+    arrays, meta = _read(path, checksum)
+    if _DIGEST not in meta:
+        return arrays, dict(meta), "plain"
     user = {k: v for k, v in meta.items() if not k.startswith("tapegrad.")}
     if meta.get(_FORMAT) == "arrays":
         user["meta"] = meta.get(_META, "{}")

@@ -39,6 +39,7 @@ import numpy as np
 
 from tapegrad.serialization import load, load_arrays, read_metadata
 from tapegrad.train.checkpoint import load_latest
+from tapegrad.train.dirlock import LOCK_NAME
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -182,7 +183,11 @@ def check_folder(ckpt: Path, out: Path) -> tuple[int | None, int, int]:
     temps = temp_files(ckpt) + temp_files(out.parent)
     assert len(temps) <= 1, f"temporary files accumulate: {[p.name for p in temps]}"
     ckpts = (
-        sorted(p for p in ckpt.iterdir() if not p.name.endswith(".tmp")) if ckpt.is_dir() else []
+        sorted(
+            p for p in ckpt.iterdir() if not p.name.endswith(".tmp") and p.name != LOCK_NAME
+        )  # the lock file of a killed run: the next run takes it over
+        if ckpt.is_dir()
+        else []
     )
     steps = []
     for p in ckpts:

@@ -44,9 +44,11 @@ def load(path: Path) -> dict[str, np.ndarray] | None:
     if not path.is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        from ..safefile import open_regular
+
+        with open_regular(path) as f, np.load(f, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, NotImplementedError):
         return None
 
 

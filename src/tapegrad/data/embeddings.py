@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..safefile import open_regular
 from . import _cache
 from .errors import DatasetError
 from .paths import GLOVE_DIMS, PathLike, glove_files, resolve, verify_checksum
@@ -51,6 +52,10 @@ def _words(vocab: Vocab | Sequence[str] | Mapping[str, int]) -> list[str]:
     return [str(w) for w in vocab]
 
 
+def _maybe_gzip(path: Path, f):
+    return gzip.GzipFile(fileobj=f, mode="rb") if path.name.endswith(".gz") else f
+
+
 def read_vectors(path: PathLike, words: Sequence[str], dim: int) -> tuple[np.ndarray, np.ndarray]:
     """``(vectors, found)``: float32 (len(words), dim) rows from the file, and a bool mask."""
     path = Path(path)
@@ -59,10 +64,9 @@ def read_vectors(path: PathLike, words: Sequence[str], dim: int) -> tuple[np.nda
         index.setdefault(w, []).append(i)
     vectors = np.zeros((len(words), dim), dtype=np.float32)
     found = np.zeros(len(words), dtype=bool)
-    opener = gzip.open if path.name.endswith(".gz") else open
     lineno = 0
     try:
-        with opener(path, "rb") as raw:
+        with open_regular(path, DatasetError) as f, _maybe_gzip(path, f) as raw:
             for lineno, line in enumerate(raw, 1):
                 word, sep, rest = line.partition(b" ")
                 if lineno == 1:

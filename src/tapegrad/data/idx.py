@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from ..safefile import open_regular
 from .errors import DatasetError
 
 #: Largest payload accepted (MNIST's training images are 47,040,000 bytes).
@@ -117,9 +118,5 @@ def _parse(raw: BinaryIO, name: str, ndim: int, max_bytes: int) -> np.ndarray:
 
 def read_idx(path, ndim: int, max_bytes: int = MAX_IDX_BYTES) -> np.ndarray:
     """Read an unsigned-byte IDX file (``.gz`` or plain) with ``ndim`` dimensions."""
-    try:
-        f = open(path, "rb")
-    except OSError as err:
-        raise DatasetError(f"{path}: cannot open ({err.strerror})") from err
-    with f:
+    with open_regular(path, DatasetError) as f:
         return parse_idx(f, str(path), ndim, max_bytes)

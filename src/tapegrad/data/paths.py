@@ -332,7 +332,9 @@ _verified: set[tuple[str, int, int]] = set()
 def sha256_file(path: PathLike) -> str:
     """Hex SHA-256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    from ..safefile import open_regular
+
+    with open_regular(path, DatasetError) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
@@ -340,8 +342,12 @@ def sha256_file(path: PathLike) -> str:
 
 def read_sha256sums(path: PathLike) -> dict[str, str]:
     """``{file name: hex digest}`` from ``sha256sum`` output (``HEX  name`` or ``HEX *name``)."""
+    from ..safefile import open_regular
+
+    with open_regular(path, DatasetError, limit=1 << 20) as f:  # a list of names: small
+        text = f.read().decode("utf-8", errors="replace")
     sums = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..safefile import open_regular
 from . import _cache
 from .batches import Split
 from .errors import DatasetError
@@ -226,7 +227,7 @@ class _Capped:
 
 def _reviews_from_tar(path: Path) -> Iterator[tuple[str, str, int, bytes]]:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, DatasetError) as f:
             gz = f.read(2) == b"\x1f\x8b"
             f.seek(0)
             # Our own GzipFile (not tarfile's "r|gz") so a truncated or damaged archive raises:

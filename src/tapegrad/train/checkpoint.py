@@ -17,12 +17,14 @@ newest ``keep`` *valid* checkpoints, so it never deletes the last good one.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from ..serialization import ModelFileError, load_arrays, remove_stale_temp_files, save_arrays
+from .report import EpochRecord
 
 _NAME = re.compile(r"^ckpt-(\d{9})\.safetensors$")
 
@@ -112,11 +114,70 @@ def _read(path: Path) -> tuple[tuple[dict, dict, dict] | None, str | None]:
         meta.get("global_step"), int
     ):
         return None, "verified, but its metadata is not a tapegrad checkpoint's"
+    problem = meta_problem(meta)
+    if problem is not None:
+        return None, f"verified, but its metadata {problem}"
     model_state = {k[6:]: v for k, v in arrays.items() if k.startswith("model/")}
     optim_state = {k[6:]: v for k, v in arrays.items() if k.startswith("optim/")}
     optim_state.update(meta.pop("optim_scalars", {}))
     meta["path"] = str(path)
     return (model_state, optim_state, meta), None
+
+
+def _whole(v) -> bool:
+    return type(v) is int
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float)
+
+
+#: (key, test, what the value must be) for a checkpoint's position and bookkeeping.
+_FIELDS = (
+    ("global_step", lambda v: _whole(v) and 0 <= v < 1 << 53, "a whole number >= 0"),
+    ("epoch", lambda v: _whole(v) and v >= 1, "a whole number >= 1"),
+    ("start", lambda v: _whole(v) and v >= 0, "a whole number >= 0"),
+    ("seed", lambda v: v is None or _whole(v), "a whole number"),
+    ("batch_size", lambda v: v is None or (_whole(v) and v >= 1), "a whole number >= 1"),
+    ("task", lambda v: v is None or isinstance(v, str), "a string"),
+    ("config", lambda v: v is None or isinstance(v, dict), "an object"),
+    ("scheduler", lambda v: v is None or isinstance(v, dict), "an object or null"),
+    ("records", lambda v: isinstance(v, list), "a list"),
+)
+_PARTIAL = {"loss": _number, "correct": _whole, "seen": _whole, "seconds": _number}
+
+
+def meta_problem(meta: dict) -> str | None:
+    """Why a checkpoint's (verified) metadata cannot be resumed from, or None: every field a
+    resume uses has its type and a sane range (a checksum proves only who wrote a file)."""
+    for key, test, want in _FIELDS:
+        if key in meta or key == "global_step":
+            value = meta.get(key)
+            if not test(value):
+                return f"says {key} is {json.dumps(value)[:40]}, not {want}"
+    step = meta["global_step"]
+    if meta.get("start", 0) > step or meta.get("epoch", 1) - 1 > step:
+        return (
+            f"places the run at epoch {meta.get('epoch', 1)}, batch {meta.get('start', 0)}, "
+            f"beyond its {step} steps"
+        )
+    partial = meta.get("partial")
+    if partial is not None:
+        if not isinstance(partial, dict) or not all(
+            test(partial.get(k)) for k, test in _PARTIAL.items()
+        ):
+            return "holds partial epoch sums that are not numbers"
+        if not isinstance(partial.get("alloc", []), list):
+            return "holds partial epoch sums that are not numbers"
+    fields = set(EpochRecord.__dataclass_fields__)
+    for r in meta.get("records", []):
+        if (
+            not isinstance(r, dict)
+            or set(r) != fields
+            or not all(v is None or type(v) in (int, float, bool) for v in r.values())
+        ):
+            return "holds epoch records that are not tapegrad's"
+    return None
 
 
 def find_latest(

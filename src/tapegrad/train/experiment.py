@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from .. import __version__, data, nn, optim
 from ..data import DatasetError, Split
 from ..models import PRESETS, Preset, build_model, get_preset
+from ..safefile import describe_bytes, memory_limit, open_regular
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 DATASETS = ("mnist", "fashion-mnist", "imdb")
@@ -88,23 +90,119 @@ class ArrayDataset:
     path: str
 
 
+#: Most classes a label array may imply (labels are class numbers 0..C-1).
+MAX_CLASSES = 100_000
+#: Most values per sample (a 1024x1024 image) and most distinct token ids a model is shaped to.
+MAX_FEATURES = 1 << 20
+MAX_VOCAB = 1 << 22
+#: A member inflating more than this many times its stored size is refused as a zip bomb ...
+MAX_INFLATION = 200
+#: ... unless it is this small.
+SMALL_MEMBER = 64 << 20
+
+
+#: The model settings a file may record, and the largest each may be.
+CONFIG_LIMITS = {
+    "inputs": MAX_FEATURES,
+    "classes": MAX_CLASSES,
+    "outputs": MAX_CLASSES,
+    "vocab_size": MAX_VOCAB,
+    "maxlen": 1 << 20,
+    "hidden": 1 << 16,
+}
+
+
+def config_problem(config: dict) -> str | None:
+    """Why model settings read from a file cannot build a model, or None: each known setting
+    a whole number from 1 to its limit (a checksum proves only who wrote the file)."""
+    for key, limit in CONFIG_LIMITS.items():
+        if key in config:
+            v = config[key]
+            if type(v) is not int or not 1 <= v <= limit:
+                return f"model setting {key} is {json.dumps(v)[:40]}, not a whole number 1..{limit}"
+    return None
+
+
+def _member_problem(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
+    """Why an ``.npz`` member cannot be read safely, from the zip directory and the ``.npy``
+    header alone (nothing inflated beyond the header): a declared size against the stored size
+    and the memory available, and the header's shape and dtype against the declared size."""
+    name = info.filename.removesuffix(".npy")
+    size, stored = info.file_size, info.compress_size
+    if size > SMALL_MEMBER and size > MAX_INFLATION * max(stored, 1):
+        return (
+            f"{name} declares {describe_bytes(size)} inflated from {describe_bytes(stored)} "
+            f"(more than {MAX_INFLATION} times): refused as a zip bomb"
+        )
+    try:
+        with zf.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            header = f.tell()
+    except (
+        ValueError,
+        OSError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        NotImplementedError,
+    ) as e:
+        # NotImplementedError: a zip version or compression method zipfile cannot read
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return f"{name} is not a readable array ({why})"
+    if dtype.hasobject:
+        return f"{name} holds Python objects (dtype {dtype}); a dataset holds numbers"
+    need = header + int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need != size:
+        return f"{name}'s header says {shape} {dtype}, which does not fit its {size} bytes"
+    return None
+
+
+def _read_npz(path, shown: str) -> dict[str, np.ndarray]:
+    """The four arrays, each checked from the zip directory before it is inflated."""
+    with open_regular(path, DatasetError) as raw, zipfile.ZipFile(raw) as zf:
+        infos = {i.filename.removesuffix(".npy"): i for i in zf.infolist()}
+        missing = [k for k in NPZ_ARRAYS if k not in infos]
+        if missing:
+            raise DatasetError(
+                f"{shown}: lacks array(s) {', '.join(missing)} (a dataset file holds "
+                f"{', '.join(NPZ_ARRAYS)}; it has {', '.join(infos) or 'none'})"
+            )
+        total, limit = sum(infos[k].file_size for k in NPZ_ARRAYS), memory_limit() // 2
+        if total > limit:
+            raise DatasetError(
+                f"{shown}: its arrays inflate to {describe_bytes(total)}, more than half the "
+                f"{describe_bytes(2 * limit)} of memory free"
+            )
+        for k in NPZ_ARRAYS:
+            problem = _member_problem(zf, infos[k])
+            if problem is not None:
+                raise DatasetError(f"{shown}: {problem}")
+        raw.seek(0)
+        with np.load(raw, allow_pickle=False) as f:
+            return {k: f[k] for k in NPZ_ARRAYS}
+
+
 def load_npz(path: str | os.PathLike) -> ArrayDataset:
     """The four arrays of a ``.npz`` file, checked; :class:`DatasetError` in one line if not."""
     shown = os.fspath(path)
+    if not os.path.lexists(path):
+        raise DatasetError(f"{shown}: no such dataset file")
     try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in NPZ_ARRAYS if k not in f.files]
-            if missing:
-                raise DatasetError(
-                    f"{shown}: lacks array(s) {', '.join(missing)} (a dataset file holds "
-                    f"{', '.join(NPZ_ARRAYS)}; it has {', '.join(f.files) or 'none'})"
-                )
-            arrays = {k: f[k] for k in NPZ_ARRAYS}
+        arrays = _read_npz(path, shown)
     except DatasetError:
         raise
-    except FileNotFoundError:
-        raise DatasetError(f"{shown}: no such dataset file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+    except (
+        OSError,
+        ValueError,
+        zipfile.BadZipFile,
+        EOFError,
+        zlib.error,
+        NotImplementedError,
+    ) as e:
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DatasetError(f"{shown}: not a readable .npz dataset ({why})") from None
     for k, a in arrays.items():
@@ -112,37 +210,98 @@ def load_npz(path: str | os.PathLike) -> ArrayDataset:
             raise DatasetError(f"{shown}: {k} has dtype {a.dtype}; expected numbers")
         if a.ndim == 0 or len(a) == 0:
             raise DatasetError(f"{shown}: {k} is empty")
+    _check_npz_shapes(arrays, shown)
+    return ArrayDataset(
+        Split(_features(arrays, "x_train", shown), _targets(arrays, "y_train", shown)),
+        Split(_features(arrays, "x_test", shown), _targets(arrays, "y_test", shown)),
+        shown,
+    )
+
+
+def _check_npz_shapes(arrays: dict, shown: str) -> None:
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
         if len(x) != len(y):
             raise DatasetError(f"{shown}: x_{split} has {len(x)} samples, y_{split} {len(y)}")
+        if x.ndim < 2:
+            raise DatasetError(
+                f"{shown}: x_{split} is 1-D {x.shape}: give each sample a feature axis, "
+                f"(N, features) (for one feature per sample, x[:, None])"
+            )
     if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
         raise DatasetError(
             f"{shown}: x_train samples are {arrays['x_train'].shape[1:]}, x_test samples "
             f"{arrays['x_test'].shape[1:]}"
+        )
+    features = int(np.prod(arrays["x_train"].shape[1:], dtype=object))
+    if features > MAX_FEATURES:
+        raise DatasetError(
+            f"{shown}: {features} values per sample, more than the {MAX_FEATURES} a model is "
+            f"shaped to here (a 1024x1024 image); reduce the data first"
         )
     if (arrays["y_train"].dtype.kind == "f") != (arrays["y_test"].dtype.kind == "f"):
         raise DatasetError(f"{shown}: y_train and y_test must both be labels or both floats")
     if arrays["y_train"].ndim > 2 or arrays["y_train"].shape[1:] != arrays["y_test"].shape[1:]:
         raise DatasetError(f"{shown}: y_train and y_test must be (N,) or (N, k) alike")
 
-    def xs(a):
-        return a if a.dtype.kind in "iu" else np.ascontiguousarray(a, dtype=np.float32)
 
-    def ys(a):
-        if a.dtype.kind == "f":
-            if not np.isfinite(a).all():
-                raise DatasetError(f"{shown}: the float targets hold NaN or Inf")
-            return np.ascontiguousarray(a, dtype=np.float32)
-        if a.ndim != 1 or a.min() < 0:
-            raise DatasetError(f"{shown}: labels must be integers >= 0 in a (N,) array")
-        return a.astype(np.int64)
+def _first_bad(a: np.ndarray) -> int:
+    """The first sample of ``a`` holding NaN or Inf."""
+    bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+    return int(np.argmax(bad))
 
-    return ArrayDataset(
-        Split(xs(arrays["x_train"]), ys(arrays["y_train"])),
-        Split(xs(arrays["x_test"]), ys(arrays["y_test"])),
-        shown,
-    )
+
+def _features(arrays: dict, key: str, shown: str) -> np.ndarray:
+    a = arrays[key]
+    if a.dtype.kind in "biu":
+        return a  # token ids stay integers; other models convert (see fit_features)
+    with np.errstate(over="ignore"):  # a value beyond float32's range: named just below
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        raise DatasetError(
+            f"{shown}: data problem: {key} holds NaN or Inf (first in sample {_first_bad(a)}, "
+            f"or a value beyond float32's range); fix or drop those samples"
+        )
+    return a
+
+
+def _targets(arrays: dict, key: str, shown: str) -> np.ndarray:
+    a = arrays[key]
+    if a.dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            a32 = np.ascontiguousarray(a, dtype=np.float32)
+        if not np.isfinite(a32).all():
+            raise DatasetError(
+                f"{shown}: data problem: the float targets {key} hold NaN or Inf (first in "
+                f"sample {_first_bad(a32)})"
+            )
+        return a32
+    if a.ndim != 1 or a.min() < 0:
+        raise DatasetError(f"{shown}: labels must be integers >= 0 in a (N,) array")
+    top = int(a.max())  # a Python int: a uint64 of 2**64-1 stays that, it does not wrap
+    if top >= MAX_CLASSES:
+        raise DatasetError(
+            f"{shown}: data problem: {key} holds label {top}; labels are class numbers "
+            f"0..C-1 with C at most {MAX_CLASSES} (float targets make a regression)"
+        )
+    return a.astype(np.int64)
+
+
+def fit_features(preset: Preset, ds, log=print) -> None:
+    """Integer features of a user's data become float32 (the models' dtype, as PyTorch users
+    convert them) for every preset that does not read token ids; said once through ``log``."""
+    if preset.datasets == ("imdb",):
+        return
+    ints = [split for split in ("train", "test") if getattr(ds, split).x.dtype.kind in "biu"]
+    if ints and log:
+        dtype = getattr(ds, ints[0]).x.dtype
+        log(
+            f"note: {ds.path}: {dtype} features (x_{' and x_'.join(ints)}) converted to "
+            f"float32, the model's dtype"
+        )
+    for split in ints:
+        old = getattr(ds, split)
+        setattr(ds, split, Split(np.ascontiguousarray(old.x, dtype=np.float32), old.y))
 
 
 def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
@@ -175,6 +334,11 @@ def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
         if length < 10:
             raise DatasetError(f"{name} needs sequences of at least 10 tokens, got {length}")
         vocab = int(max(x.max(), ds.test.x.max())) + 1
+        if vocab > MAX_VOCAB:
+            raise DatasetError(
+                f"{shown}: data problem: token id {vocab - 1} implies a vocabulary of "
+                f"{vocab} words, more than {MAX_VOCAB}; number the words 0..V-1"
+            )
         return task, {"vocab_size": vocab, "maxlen": length, "outputs": outputs}
     return task, {"inputs": features, "classes": outputs}
 
@@ -265,6 +429,7 @@ def setup(
     if is_npz(dataset):
         ds = load_npz(dataset)
         task, config = shape_for_data(preset, ds)
+        fit_features(preset, ds, log)
     else:
         ds, config = load_dataset(dataset, data_dir, **preset.extra)
     kwargs = dict(config)

@@ -27,11 +27,31 @@ class OutputError(ValueError):
     """An output target that cannot be written; one line naming the flag and the path."""
 
 
-def _nearest_existing(path: Path) -> Path:
+def _nearest_existing(path: Path, flag: str, shown) -> Path:
+    """The nearest of ``path`` and its parents that exists; a symbolic link on the way that
+    leads nowhere (a loop, a missing target) is refused, as mkdir would fail there later."""
     p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
+    while p != p.parent:
+        try:
+            os.lstat(p)
+        except FileNotFoundError:
+            p = p.parent
+            continue
+        if not p.exists():
+            raise OutputError(
+                f"{flag} {shown}: {p} is a symbolic link that leads nowhere (a loop or a "
+                f"missing target)"
+            )
+        break
     return p
+
+
+def _long_name(path: Path) -> str | None:
+    """A component of ``path`` longer than file names may be here, or None."""
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            return part
+    return None
 
 
 def _probe(folder: Path) -> str | None:
@@ -49,12 +69,27 @@ def _probe(folder: Path) -> str | None:
 def check_target(flag: str, path: str | os.PathLike, folder: bool = False) -> None:
     """Raise :class:`OutputError` unless ``path`` can be written as ``flag``'s output."""
     p = Path(path).expanduser()
+    long = _long_name(p)
+    if long is not None:
+        raise OutputError(
+            f"{flag} {str(path)[:60]}...: a name in it is {len(os.fsencode(long))} bytes, over "
+            f"the 255 a file name may have"
+        )
+    try:
+        _check_target(flag, path, p, folder)
+    except OSError as e:  # whatever the checks meet (a name too long, a loop, no permission)
+        raise OutputError(f"{flag} {path}: {e.strerror or e}") from None
+
+
+def _check_target(flag: str, path, p: Path, folder: bool) -> None:
     if folder:
         if p.exists() and not p.is_dir():
             raise OutputError(f"{flag} {path}: is a file, not a folder")
     elif p.is_dir():
         raise OutputError(f"{flag} {path}: is a folder; name a file in it")
-    where = p if folder and p.is_dir() else _nearest_existing(p.parent if not folder else p)
+    where = (
+        p if folder and p.is_dir() else _nearest_existing(p.parent if not folder else p, flag, path)
+    )
     if not where.is_dir():
         raise OutputError(f"{flag} {path}: {where} is a file, so no folder can be made there")
     why = _probe(where)

@@ -141,6 +141,7 @@ class Trainer:
         self.warn = warn or (lambda s: print(f"warning: {s}", file=sys.stderr))
         self.stop_requested: int | None = None
         self._last_checkpoint: Path | None = None
+        self.checkpoint_failures: list[str] = []  # why each failed checkpoint write failed
         self.sampler = AllocationSampler(alloc_samples)
         self.records: list[EpochRecord] = []
         self.global_step = 0
@@ -319,6 +320,11 @@ class Trainer:
             self._start_distributed(x, y, xt, yt, facts)
         if resume and checkpoint_dir is not None:
             epoch, start, partial = self._restore(checkpoint_dir)
+            if start >= len(batches):
+                raise CheckpointError(
+                    f"checkpoint in {checkpoint_dir} places the run at batch {start} of an "
+                    f"epoch of {len(batches)} batches: its metadata is not this run's"
+                )
             if partial is not None and comm.rank != 0:
                 partial = {**partial, "correct": 0}  # the saved count is all ranks': rank 0's
             if self._sharded is not None:
@@ -540,9 +546,23 @@ class Trainer:
             "config": self.config,
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
         }
-        self._last_checkpoint = save_checkpoint(
-            directory, self.global_step, self.model.state_dict(), self.optimizer.state_dict(), meta
-        )
+        try:
+            self._last_checkpoint = save_checkpoint(
+                directory,
+                self.global_step,
+                self.model.state_dict(),
+                self.optimizer.state_dict(),
+                meta,
+            )
+        except OSError as e:  # a full disk, an I/O error: the run goes on, nothing is lost
+            kept = self._last_checkpoint or "none"
+            why = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+            self.checkpoint_failures.append(why)
+            self.warn(
+                f"could not write the checkpoint of global step {self.global_step} in "
+                f"{directory} ({why}); the newest one written is {kept}; training goes on"
+            )
+            return None
         return self._last_checkpoint
 
     def _read_latest(self, directory) -> tuple[dict, dict, dict] | None:
@@ -567,6 +587,8 @@ class Trainer:
             return 1, 0, None
         model_state, optim_state, meta = found
         path = meta["path"]
+        if "epoch" not in meta or "start" not in meta:
+            raise CheckpointError(f"checkpoint {path} records no position (epoch, batch) to resume")
         mine = {"seed": self.seed, "batch_size": self._batch_size, "task": self.task}
         theirs = {k: meta.get(k, mine[k]) for k in mine}
         diffs = config_differences(theirs, mine)
