@@ -55,7 +55,13 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
-from . import cuda, data, nn, optim  # noqa: E402
+# PyTorch's names (issue 26): dtypes as attributes (not in __all__: float, int and bool would
+# shadow the builtins of `from tapegrad import *`), the default dtype, threads, devices, and
+# the namespaces autograd, func and utils.data
+from . import autograd, cuda, data, func, nn, optim, utils  # noqa: E402  # noqa: E402
+from .autodiff.graph import no_grad as inference_mode  # noqa: E402
+from .compat import *  # noqa: E402, F403
+from .compat import __all__ as _compat_names  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     eye,
@@ -73,6 +79,7 @@ from .creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
+from .dtypes import *  # noqa: E402, F403
 from .serialization import load, save  # noqa: E402
 
 manual_seed = nn.init.manual_seed
@@ -130,4 +137,9 @@ __all__ = [
     "data",
     "save",
     "load",
+    "autograd",
+    "func",
+    "utils",
+    "inference_mode",
+    *_compat_names,
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -44,7 +45,7 @@ class _ConvNd(Module):
         bias: bool = True,
         padding_mode: str = "zeros",
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
     ) -> None:
         super().__init__()
         d, name = self.d, type(self).__name__
@@ -74,9 +75,11 @@ class _ConvNd(Module):
             raise ValueError(f"{name}: padding='same' needs stride 1, got {self.stride}")
         self.padding_mode = padding_mode
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=dtype))
+        self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
         init.xavier_uniform_(self.weight, rng=rng)
-        self.bias = Parameter(np.zeros(self.out_channels, dtype=dtype)) if bias else None
+        self.bias = (
+            Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
+        )
 
     def _pad_pairs(self) -> tuple:
         if self.padding == "valid":
@@ -143,7 +146,7 @@ class _ConvTransposeNd(Module):
         dilation=1,
         padding_mode: str = "zeros",
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
     ) -> None:
         super().__init__()
         d, name = self.d, type(self).__name__
@@ -165,9 +168,11 @@ class _ConvTransposeNd(Module):
         self.output_padding = _tuple(output_padding, d, f"{name} output_padding")
         self.dilation = _tuple(dilation, d, f"{name} dilation")
         shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=dtype))
+        self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
         init.xavier_uniform_(self.weight, rng=rng)
-        self.bias = Parameter(np.zeros(self.out_channels, dtype=dtype)) if bias else None
+        self.bias = (
+            Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
+        )
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         check_input(self, x, _pattern(self.d, self.in_channels), {1: self.in_channels})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -26,14 +27,14 @@ class Linear(Module):
         out_features: int,
         bias: bool = True,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
     ) -> None:
         super().__init__()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        self.weight = Parameter(np.empty((out_features, in_features), dtype=dtype))
+        self.weight = Parameter(np.empty((out_features, in_features), dtype=float_dtype(dtype)))
         init.xavier_uniform_(self.weight, rng=rng)
-        self.bias = Parameter(np.zeros(out_features, dtype=dtype)) if bias else None
+        self.bias = Parameter(np.zeros(out_features, dtype=float_dtype(dtype))) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.in_features:
