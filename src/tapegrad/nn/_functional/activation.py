@@ -51,18 +51,17 @@ def threshold(x, threshold: float, value: float, inplace: bool = False) -> Tenso
 
 def prelu(x, weight) -> Tensor:
     """``x`` where ``x >= 0``, ``weight * x`` elsewhere; ``weight`` has one entry or one per
-    channel (axis 1 of an input with 2+ axes, axis 0 of a 1-d one)."""
+    channel (axis 1; an input of fewer axes has one channel)."""
     x, w = _t(x), _t(weight)
     if w.ndim != 1:
         raise ShapeError(f"prelu: weight must be 1-d, got shape {tuple(w.shape)}")
     if w.shape[0] != 1:
-        ch = 1 if x.ndim >= 2 else 0
-        if x.ndim == 0 or x.shape[ch] != w.shape[0]:
+        if x.ndim < 2 or x.shape[1] != w.shape[0]:
             raise ShapeError(
-                f"prelu: {w.shape[0]} weights for input of shape {tuple(x.shape)} (channel "
-                f"axis {ch})"
+                f"prelu: {w.shape[0]} weights for input of shape {tuple(x.shape)}: one weight "
+                f"per channel (axis 1), or a single weight"
             )
-        w = ops.reshape(w, (w.shape[0],) + (1,) * (x.ndim - ch - 1))
+        w = ops.reshape(w, (w.shape[0],) + (1,) * (x.ndim - 2))
     return ops.where(x >= 0, x, x * w)
 
 

@@ -1,0 +1,174 @@
+"""PyTorch's modules added for issue 26, against torch: every activation module, the
+containers (ModuleDict, ParameterList, ParameterDict) and variable-length sequences
+(pad_sequence, pack_padded_sequence, pad_packed_sequence) through RNN/LSTM/GRU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from nn_helpers import compare_with_torch
+
+import tapegrad as tg
+from tapegrad import nn
+from tapegrad.nn.utils import rnn as tg_rnn
+
+
+def _x(shape, seed=0, scale=2.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+ACTIVATIONS = [
+    ("GELU()", "GELU()"),
+    ("GELU(approximate='tanh')", "GELU(approximate='tanh')"),
+    ("LeakyReLU()", "LeakyReLU()"),
+    ("LeakyReLU(0.2, inplace=True)", "LeakyReLU(0.2)"),
+    ("SiLU()", "SiLU()"),
+    ("ELU(alpha=0.7)", "ELU(alpha=0.7)"),
+    ("SELU()", "SELU()"),
+    ("CELU(alpha=1.5)", "CELU(alpha=1.5)"),
+    ("Softplus()", "Softplus()"),
+    ("Softplus(beta=2.0, threshold=1.0)", "Softplus(beta=2.0, threshold=1.0)"),
+    ("Softsign()", "Softsign()"),
+    ("Hardtanh(-0.5, 0.7)", "Hardtanh(-0.5, 0.7)"),
+    ("ReLU6()", "ReLU6()"),
+    ("Hardsigmoid()", "Hardsigmoid()"),
+    ("Hardswish()", "Hardswish()"),
+    ("Mish()", "Mish()"),
+    ("Tanhshrink()", "Tanhshrink()"),
+    ("Softshrink(0.3)", "Softshrink(0.3)"),
+    ("Hardshrink(0.4)", "Hardshrink(0.4)"),
+    ("LogSigmoid()", "LogSigmoid()"),
+    ("PReLU()", "PReLU()"),
+    ("PReLU(6, init=0.1)", "PReLU(6, init=0.1)"),
+    ("GLU(dim=1)", "GLU(dim=1)"),
+    ("Threshold(0.1, 20.0)", "Threshold(0.1, 20.0)"),
+    ("Softmin(dim=1)", "Softmin(dim=1)"),
+    ("Softmax(dim=1)", "Softmax(dim=1)"),
+    ("LogSoftmax(dim=2)", "LogSoftmax(dim=2)"),
+    ("Softmax2d()", "Softmax2d()"),
+    ("ReLU(inplace=True)", "ReLU(inplace=True)"),
+    ("Identity(54, unused='x')", "Identity(54, unused='x')"),
+]
+
+
+@pytest.mark.parametrize("ours, theirs", ACTIVATIONS, ids=[a for a, _ in ACTIVATIONS])
+def test_activation_modules_match_torch(ours, theirs):
+    x = _x((2, 6, 3, 4))
+    x[0, 0, 0, :2] = [25.0, -30.0]  # beyond softplus' threshold, far into the tails
+    mine, ref = eval(f"nn.{ours}"), eval(f"torch.nn.{theirs}")
+    assert type(mine).__name__ == type(ref).__name__
+    if "inplace=True" in theirs:  # torch's in-place form cannot take a leaf that needs grad
+        compare_with_torch(mine, ref, [x], run_theirs=lambda m, t: m(t * 1))
+    else:
+        compare_with_torch(mine, ref, [x])
+
+
+def test_prelu_per_channel_on_2d_and_1d_input():
+    compare_with_torch(nn.PReLU(5), torch.nn.PReLU(5), [_x((4, 5))])
+    compare_with_torch(nn.PReLU(), torch.nn.PReLU(), [_x((5,))])
+    with pytest.raises(tg.ShapeError, match="prelu"):
+        nn.PReLU(3)(tg.tensor(_x((4, 5))))
+    with pytest.raises(tg.ShapeError, match="prelu"):
+        nn.PReLU(5)(tg.tensor(_x((5,))))
+
+
+def test_module_dict_and_parameter_containers():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleDict({"cls": nn.Linear(3, 2), "reg": nn.Linear(3, 1)})
+            self.scales = nn.ParameterList([nn.Parameter(np.ones(2, np.float32)), tg.zeros(1)])
+            self.extra = nn.ParameterDict({"shift": nn.Parameter(np.zeros(2, np.float32))})
+
+        def forward(self, x):
+            y = self.heads["cls"](x) * self.scales[0] + self.extra["shift"]
+            return y.sum() + self.heads["reg"](x).sum() + self.scales[1].sum()
+
+    class TNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = torch.nn.ModuleDict(
+                {"cls": torch.nn.Linear(3, 2), "reg": torch.nn.Linear(3, 1)}
+            )
+            self.scales = torch.nn.ParameterList([torch.ones(2), torch.zeros(1)])
+            self.extra = torch.nn.ParameterDict({"shift": torch.zeros(2)})
+
+    ours, theirs = Net(), TNet()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert len(list(ours.parameters())) == 7
+    assert "cls" in ours.heads and list(ours.heads) == ["cls", "reg"] and len(ours.scales) == 2
+    ours(tg.tensor(_x((4, 3)))).backward()
+    assert ours.scales[1].grad is not None and ours.extra["shift"].grad is not None
+    ours.heads["new"] = nn.Tanh()
+    del ours.heads["reg"]
+    assert list(ours.heads.keys()) == ["cls", "new"]
+    ours.scales.append(np.ones(3, np.float32))
+    assert isinstance(ours.scales[2], nn.Parameter) and "scales.2" in ours.state_dict()
+    with pytest.raises(TypeError, match="nn.Module"):
+        ours.heads["bad"] = 3
+
+
+# -- variable-length sequences -------------------------------------------------------------
+def test_pad_sequence_against_torch():
+    seqs = [_x((n, 3), seed=n) for n in (2, 5, 3)]
+    for kw in ({}, {"batch_first": True, "padding_value": -1.0}, {"padding_side": "left"}):
+        ours = tg_rnn.pad_sequence([tg.tensor(s) for s in seqs], **kw)
+        ref = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in seqs], **kw)
+        np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+
+
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_pack_and_unpack_match_torch(enforce_sorted):
+    lengths = [5, 3, 3, 1] if enforce_sorted else [3, 5, 1, 3]
+    x = _x((5, 4, 2))
+    ours = tg_rnn.pack_padded_sequence(tg.tensor(x), lengths, enforce_sorted=enforce_sorted)
+    ref = torch.nn.utils.rnn.pack_padded_sequence(
+        torch.tensor(x), lengths, enforce_sorted=enforce_sorted
+    )
+    np.testing.assert_array_equal(ours.data.numpy(), ref.data.numpy())
+    np.testing.assert_array_equal(ours.batch_sizes.numpy(), ref.batch_sizes.numpy())
+    if not enforce_sorted:
+        np.testing.assert_array_equal(ours.sorted_indices.numpy(), ref.sorted_indices.numpy())
+    padded, lens = tg_rnn.pad_packed_sequence(ours, batch_first=True, total_length=6)
+    rpadded, rlens = torch.nn.utils.rnn.pad_packed_sequence(ref, batch_first=True, total_length=6)
+    np.testing.assert_array_equal(padded.numpy(), rpadded.numpy())
+    np.testing.assert_array_equal(lens.numpy(), rlens.numpy())
+    with pytest.raises(ValueError, match="decreasing"):
+        tg_rnn.pack_padded_sequence(tg.tensor(x), [3, 5, 1, 3])
+
+
+@pytest.mark.parametrize(
+    "kind, kw",
+    [
+        ("RNN", {"num_layers": 2}),
+        ("LSTM", {"bidirectional": True}),
+        ("GRU", {"batch_first": True, "num_layers": 2, "bidirectional": True}),
+    ],
+)
+def test_recurrent_layers_on_packed_sequences_match_torch(kind, kw):
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, kind)(3, 4, **kw)
+    ours = getattr(nn, kind)(3, 4, **kw)
+    lengths = [4, 6, 2, 4, 1]
+    batch_first = kw.get("batch_first", False)
+    x = _x((5, 6, 3) if batch_first else (6, 5, 3), scale=1.0)
+    dirs = 2 if kw.get("bidirectional") else 1
+    h0 = _x((kw.get("num_layers", 1) * dirs, 5, 4), seed=1, scale=0.5)
+
+    def run(lib, rnn_mod, model, xs, h):
+        packed = rnn_mod.pack_padded_sequence(
+            xs, lengths, batch_first=batch_first, enforce_sorted=False
+        )
+        state = (h, h * 0.5) if kind == "LSTM" else h
+        out, final = model(packed, state)
+        padded, _ = rnn_mod.pad_packed_sequence(out, batch_first=batch_first)
+        return padded, final
+
+    compare_with_torch(
+        ours,
+        theirs,
+        [x, h0],
+        run_ours=lambda m, xs, h: run(tg, tg_rnn, m, xs, h),
+        run_theirs=lambda m, xs, h: run(torch, torch.nn.utils.rnn, m, xs, h),
+    )
