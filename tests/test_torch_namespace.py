@@ -445,3 +445,46 @@ def test_dropout2d_on_2d_input_warns_and_drops_entries():
     rows_mixed = ((y == 0).any(1) & (y == 2).any(1)).mean()
     assert rows_mixed > 0.9  # entries, not whole rows, are dropped
     assert abs((y == 0).mean() - 0.5) < 0.02
+
+
+# -- OneCycleLR as PyTorch's ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "opt, kw",
+    [
+        ("SGD", {"total_steps": 20}),
+        ("SGD", {"epochs": 3, "steps_per_epoch": 7, "anneal_strategy": "linear"}),
+        ("Adam", {"total_steps": 25, "three_phase": True, "pct_start": 0.25}),
+        ("AdamW", {"total_steps": 12, "cycle_momentum": False, "div_factor": 10.0}),
+        ("SGD", {"total_steps": 16, "base_momentum": 0.8, "max_momentum": 0.9}),
+    ],
+)
+def test_one_cycle_lr_trajectory_matches_torch(opt, kw):
+    w_t = nn.Parameter(np.zeros(2, np.float32))
+    w_p = torch.nn.Parameter(torch.zeros(2))
+    extra = {"momentum": 0.9} if opt == "SGD" else {}
+    o_t = getattr(tg.optim, opt)([w_t], lr=0.1, **extra)
+    o_p = getattr(torch.optim, opt)([w_p], lr=0.1, **extra)
+    s_t = tg.optim.OneCycleLR(o_t, max_lr=0.5, **kw)
+    s_p = torch.optim.lr_scheduler.OneCycleLR(o_p, max_lr=0.5, **kw)
+    total = kw.get("total_steps") or kw["epochs"] * kw["steps_per_epoch"]
+    key = "betas" if opt != "SGD" else "momentum"
+    for _ in range(total):
+        g_t, g_p = o_t.param_groups[0], o_p.param_groups[0]
+        assert g_t["lr"] == pytest.approx(g_p["lr"], rel=1e-12, abs=1e-15)
+        np.testing.assert_allclose(np.ravel(g_t[key]), np.ravel(g_p[key]), rtol=1e-12)
+        o_t.step()
+        o_p.step()
+        s_t.step()
+        s_p.step()
+    with pytest.raises(ValueError, match="total_steps"):
+        s_t.step()
+        s_t.step()
+
+
+def test_one_cycle_lr_needs_momentum_to_cycle():
+    w = nn.Parameter(np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="cycle_momentum=False"):
+        tg.optim.OneCycleLR(tg.optim.Adagrad([w], lr=0.1), max_lr=0.5, total_steps=10)
+    tg.optim.OneCycleLR(tg.optim.Adagrad([w], lr=0.1), 0.5, 10, cycle_momentum=False)
+    with pytest.raises(ValueError, match="epochs and steps_per_epoch"):
+        tg.optim.OneCycleLR(tg.optim.SGD([w], lr=0.1), max_lr=0.5, epochs=3)
