@@ -172,3 +172,35 @@ def test_recurrent_layers_on_packed_sequences_match_torch(kind, kw):
         run_ours=lambda m, xs, h: run(tg, tg_rnn, m, xs, h),
         run_theirs=lambda m, xs, h: run(torch, torch.nn.utils.rnn, m, xs, h),
     )
+
+
+# -- default initialisation ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [
+        ("Linear(784, 256)", "Linear(784, 256)"),
+        ("Conv2d(16, 32, 3, groups=2)", "Conv2d(16, 32, 3, groups=2)"),
+        ("Conv1d(20, 30, 4)", "Conv1d(20, 30, 4)"),
+        ("ConvTranspose2d(16, 12, 3)", "ConvTranspose2d(16, 12, 3)"),
+    ],
+)
+def test_default_initialisation_is_pytorchs(ours, theirs):
+    tg.manual_seed(0)
+    torch.manual_seed(0)
+    mine, ref = eval(f"nn.{ours}"), eval(f"torch.nn.{theirs}")
+    fan_in = torch.nn.init._calculate_fan_in_and_fan_out(ref.weight)[0]
+    bound = 1 / np.sqrt(fan_in)  # both weight (kaiming_uniform, a=sqrt(5)) and bias
+    for name in ("weight", "bias"):
+        a, b = getattr(mine, name).numpy(), getattr(ref, name).detach().numpy()
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert np.abs(b).max() <= bound and np.abs(a).max() <= bound
+        if a.size > 1000:  # uniform on (-bound, bound): fills it, std bound / sqrt(3)
+            assert np.abs(a).max() > 0.97 * bound
+            assert a.std() == pytest.approx(b.std(), rel=0.05)
+            assert a.std() == pytest.approx(bound / np.sqrt(3), rel=0.05)
+    glorot = eval(f"nn.{ours[:-1]}, init='glorot')")
+    fan_in, fan_out = nn.init.calculate_fans(glorot.weight.shape)
+    limit = np.sqrt(6 / (fan_in + fan_out))
+    assert np.abs(glorot.weight.numpy()).max() <= limit and not glorot.bias.numpy().any()
+    with pytest.raises(ValueError, match="init must be one of"):
+        eval(f"nn.{ours[:-1]}, init='xavier')")

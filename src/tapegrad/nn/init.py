@@ -168,3 +168,28 @@ __all__ = [
     "kaiming_uniform_",
     "kaiming_normal_",
 ]
+
+
+LAYER_INITS = ("pytorch", "glorot")
+
+
+def layer_init_(
+    weight: Tensor, bias: Tensor | None, scheme: str = "pytorch", rng=None, owner: str = "layer"
+) -> None:
+    """Initialise a ``Linear``/``Conv``/``ConvTranspose`` layer's weight and bias by
+    ``scheme``: ``"pytorch"`` (the default, PyTorch's: ``kaiming_uniform_(a=sqrt(5))``, i.e.
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias from the same range) or ``"glorot"`` (the
+    seed models': Xavier/Glorot uniform weight, zero bias). Weight first, then bias, from
+    ``rng``."""
+    if scheme not in LAYER_INITS:
+        raise ValueError(f"{owner}: init must be one of {LAYER_INITS}, got {scheme!r}")
+    if scheme == "glorot":
+        xavier_uniform_(weight, rng=rng)
+        if bias is not None:
+            zeros_(bias)
+        return
+    kaiming_uniform_(weight, a=math.sqrt(5), rng=rng)
+    if bias is not None:
+        fan_in = calculate_fans(weight.shape)[0]
+        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        uniform_(bias, -bound, bound, rng)

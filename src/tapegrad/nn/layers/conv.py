@@ -9,7 +9,7 @@ from ...autodiff import ops
 from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
-from .. import init
+from .. import init as _init
 from ..module import Module
 from ..parameter import Parameter
 from ._check import check_input, named
@@ -46,6 +46,9 @@ class _ConvNd(Module):
         padding_mode: str = "zeros",
         rng: np.random.Generator | None = None,
         dtype=None,
+        device=None,
+        *,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
         d, name = self.d, type(self).__name__
@@ -76,10 +79,12 @@ class _ConvNd(Module):
         self.padding_mode = padding_mode
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
         self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
-        init.xavier_uniform_(self.weight, rng=rng)
         self.bias = (
             Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
         )
+        _init.layer_init_(self.weight, self.bias, init, rng, name)
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
 
     def _pad_pairs(self) -> tuple:
         if self.padding == "valid":
@@ -116,8 +121,9 @@ class Conv1d(_ConvNd):
     """1-D convolution (cross-correlation) of ``x (N, in_channels, L)``, PyTorch's arguments:
     ``weight (out_channels, in_channels/groups, kernel_size)``, ``bias (out_channels,)``;
     ``padding`` an int, ``'same'`` or ``'valid'``; ``padding_mode`` zeros, reflect, replicate
-    or circular. Initialisation: Xavier/Glorot uniform weight (fans include the kernel size),
-    zero bias."""
+    or circular. Initialisation (``init=``): PyTorch's by default (weight and bias uniform in
+    +-1/sqrt(fan_in), fan_in = in_channels/groups * kernel_size), ``"glorot"``: Xavier uniform
+    weight, zero bias."""
 
     d = 1
 
@@ -147,6 +153,9 @@ class _ConvTransposeNd(Module):
         padding_mode: str = "zeros",
         rng: np.random.Generator | None = None,
         dtype=None,
+        device=None,
+        *,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
         d, name = self.d, type(self).__name__
@@ -169,10 +178,12 @@ class _ConvTransposeNd(Module):
         self.dilation = _tuple(dilation, d, f"{name} dilation")
         shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
         self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
-        init.xavier_uniform_(self.weight, rng=rng)
         self.bias = (
             Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
         )
+        _init.layer_init_(self.weight, self.bias, init, rng, name)
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         check_input(self, x, _pattern(self.d, self.in_channels), {1: self.in_channels})
