@@ -488,3 +488,68 @@ def test_one_cycle_lr_needs_momentum_to_cycle():
     tg.optim.OneCycleLR(tg.optim.Adagrad([w], lr=0.1), 0.5, 10, cycle_momentum=False)
     with pytest.raises(ValueError, match="epochs and steps_per_epoch"):
         tg.optim.OneCycleLR(tg.optim.SGD([w], lr=0.1), max_lr=0.5, epochs=3)
+
+
+# -- tg.save / tg.load of nested checkpoints ----------------------------------------------------
+def test_nested_checkpoint_round_trip_resumes_exactly(tmp_path):
+    import io
+
+    tg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    opt = tg.optim.Adam(model.parameters(), lr=0.05)
+    sched = tg.optim.lr_scheduler.StepLR(opt, 2, 0.5)
+    x = tg.tensor(_x(8, 3, dtype=np.float32))
+
+    def step():
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        sched.step()
+
+    for _ in range(3):
+        step()
+    ckpt = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "step": 3,
+        "extras": [tg.tensor(np.arange(3)), (1.5, "name", None, True), {0: np.float32(2.5)}],
+    }
+    path, buf = tmp_path / "ckpt.pt", io.BytesIO()
+    tg.save(ckpt, path)
+    tg.save(ckpt, buf)
+    raw = path.read_bytes()
+    assert raw[8:9] == b"{" and b"pickle" not in raw  # safetensors: a JSON header first
+    buf.seek(0)
+    for loaded in (tg.load(path), tg.load(buf, map_location="cpu", weights_only=True)):
+        assert loaded["step"] == 3 and loaded["extras"][1] == (1.5, "name", None, True)
+        assert isinstance(loaded["extras"][0], tg.Tensor) and loaded["extras"][0].tolist() == [
+            0,
+            1,
+            2,
+        ]
+        assert loaded["extras"][2] == {0: np.float32(2.5)}
+        assert list(loaded["model"]) == list(ckpt["model"])
+        assert loaded["optimizer"].keys() == ckpt["optimizer"].keys()
+    step()  # the original run's fourth step
+    expected = [p.numpy().copy() for p in model.parameters()]
+    # a fresh model resumed from the checkpoint takes the same fourth step (step() reads
+    # model, opt and sched when called)
+    tg.manual_seed(1)
+    model2 = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    opt2 = tg.optim.Adam(model2.parameters(), lr=0.05)
+    sched2 = tg.optim.lr_scheduler.StepLR(opt2, 2, 0.5)
+    loaded = tg.load(path)
+    model2.load_state_dict(loaded["model"])
+    opt2.load_state_dict(loaded["optimizer"])
+    sched2.load_state_dict(loaded["scheduler"])
+    model, opt, sched = model2, opt2, sched2
+    step()
+    for a, b in zip(expected, model2.parameters()):
+        np.testing.assert_array_equal(a, b.numpy())
+    # a flat state dict is still a model file, loadable into a model
+    tg.save(model2.state_dict(), tmp_path / "m.safetensors")
+    assert set(tg.load(tmp_path / "m.safetensors", model=model2)) == set(model2.state_dict())
+    path.write_bytes(raw[:-3])
+    with pytest.raises(tg.serialization.ModelFileError, match="ckpt.pt"):
+        tg.load(path)

@@ -80,7 +80,8 @@ from .creation import (  # noqa: E402
     zeros_like,
 )
 from .dtypes import *  # noqa: E402, F403
-from .serialization import load, save  # noqa: E402
+from .serialization import load_object as load  # noqa: E402
+from .serialization import save_object as save  # noqa: E402
 
 manual_seed = nn.init.manual_seed
 
