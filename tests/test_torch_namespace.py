@@ -553,3 +553,22 @@ def test_nested_checkpoint_round_trip_resumes_exactly(tmp_path):
     path.write_bytes(raw[:-3])
     with pytest.raises(tg.serialization.ModelFileError, match="ckpt.pt"):
         tg.load(path)
+
+
+def test_func_transformations_compile():
+    tg.manual_seed(0)
+    model = nn.Linear(3, 2)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, x, y):
+        return F.cross_entropy(tg.func.functional_call(model, p, (x[None],)), y[None])
+
+    per_example = tg.func.vmap(tg.func.grad(loss), in_dims=(None, 0, 0))
+    step = tg.compile(lambda x, y: per_example(params, x, y))
+    y = tg.tensor(np.arange(5) % 2)
+    for scale in (1.0, 2.0, 3.0):
+        x = tg.tensor(_x(5, 3, dtype=np.float32) * np.float32(scale))
+        compiled, eager = step(x, y), per_example(params, x, y)
+        for k in eager:
+            np.testing.assert_allclose(compiled[k].numpy(), eager[k].numpy(), rtol=1e-5, atol=1e-6)
+    assert len(step.all_plans) == 1  # traced once, replayed for new values

@@ -1,13 +1,15 @@
 """Run a module with some of its parameters and buffers swapped for other Tensors (what
 ``tapegrad.func.functional_call`` needs): the swap writes the module's own slots and puts the
-originals back afterwards, even when the call raises."""
+originals back afterwards, even when the call raises. Inside ``tapegrad.compile`` the plan's
+guards record the modules' own parameters before the swap, so replays are not invalidated by
+the per-call tensors swapped in."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 
 from ...autodiff.plan import state_changed
-from ...autodiff.tensor import Tensor
+from ...autodiff.tensor import _TRACING, Tensor
 
 
 def _owner(module, name: str):
@@ -62,6 +64,10 @@ def swapped(module, values: dict, *, tie_weights: bool = True, strict: bool = Fa
                 f"unexpected {sorted(unexpected)}"
             )
     slots = _slots(module, values, tie_weights)
+    trace = _TRACING.active
+    if trace is not None:  # a compiled plan depends on the modules' own state, not the swap's
+        for sub in module.modules():
+            trace.guard(sub, sub._replay_state, sub._replay_change)
     saved = [(sub, leaf, table, table[leaf]) for sub, leaf, table, _ in slots.values()]
     state_changed()
     try:
