@@ -40,6 +40,7 @@ ACTIVATIONS = [
     ("Hardshrink(0.4)", "Hardshrink(0.4)"),
     ("LogSigmoid()", "LogSigmoid()"),
     ("PReLU()", "PReLU()"),
+    ("RReLU(0.1, 0.3).eval()", "RReLU(0.1, 0.3).eval()"),
     ("PReLU(6, init=0.1)", "PReLU(6, init=0.1)"),
     ("GLU(dim=1)", "GLU(dim=1)"),
     ("Threshold(0.1, 20.0)", "Threshold(0.1, 20.0)"),
@@ -62,6 +63,17 @@ def test_activation_modules_match_torch(ours, theirs):
         compare_with_torch(mine, ref, [x], run_theirs=lambda m, t: m(t * 1))
     else:
         compare_with_torch(mine, ref, [x])
+
+
+def test_rrelu_in_training_draws_slopes_in_range():
+    layer = nn.RReLU(0.1, 0.3)
+    x = -np.ones((400, 50), np.float32)
+    y = layer(tg.tensor(x)).numpy()
+    assert (y <= -0.1).all() and (y > -0.3).all() and y.std() > 0.05
+    np.testing.assert_allclose(y.mean(), -0.2, atol=0.005)
+    np.testing.assert_array_equal(layer(tg.tensor(-x)).numpy(), -x)
+    with pytest.raises(ValueError, match="lower <= upper"):
+        nn.functional.rrelu(tg.tensor(x), 0.5, 0.2)
 
 
 def test_prelu_per_channel_on_2d_and_1d_input():

@@ -73,3 +73,19 @@ def glu(x, dim: int = -1) -> Tensor:
         raise ShapeError(f"glu: axis {dim} must have an even size, got shape {tuple(x.shape)}")
     a, b = ops.split(x, n // 2, dim)
     return a * ops.sigmoid(b)
+
+
+def rrelu(x, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False, rng=None):
+    """Randomised leaky ReLU: in training each negative entry is scaled by its own slope drawn
+    uniformly from ``[lower, upper)`` (from ``rng``, default ``nn.init``'s generator); in
+    evaluation by the mean slope ``(lower + upper) / 2``."""
+    if not 0 <= lower <= upper:
+        raise ValueError(f"rrelu: need 0 <= lower <= upper, got lower={lower}, upper={upper}")
+    x = _t(x)
+    if not training:
+        return ops.where(x >= 0, x, x * ((lower + upper) / 2))
+    from .. import init  # the seedable default generator
+
+    gen = rng if rng is not None else init.default_generator()
+    u = ops.random_draw(shape=tuple(x.shape), dtype=x.dtype.type, dist="uniform", rng=gen)
+    return ops.where(x >= 0, x, x * (u * (upper - lower) + lower))

@@ -12,6 +12,7 @@ from ...autodiff import ops
 from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
+from .. import init as _init
 from ..module import Module
 from ..parameter import Parameter
 
@@ -187,6 +188,21 @@ class GLU(_Pointwise):
 
     def _fn(self, x):
         return F.glu(x, self.dim)
+
+
+class RReLU(_Pointwise):
+    """Randomised leaky ReLU: slopes drawn from ``[lower, upper)`` per entry in training (from
+    the layer's own generator, seeded by ``nn.init``'s), the mean slope in evaluation."""
+
+    _args = ("lower", "upper")
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__(inplace)
+        self.lower, self.upper = float(lower), float(upper)
+        self.rng = np.random.default_rng(_init.default_generator().integers(2**63))
+
+    def _fn(self, x):
+        return F.rrelu(x, self.lower, self.upper, self.training, self.rng)
 
 
 class PReLU(Module):
