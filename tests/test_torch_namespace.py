@@ -572,3 +572,18 @@ def test_func_transformations_compile():
         for k in eager:
             np.testing.assert_allclose(compiled[k].numpy(), eager[k].numpy(), rtol=1e-5, atol=1e-6)
     assert len(step.all_plans) == 1  # traced once, replayed for new values
+
+
+def test_randint_in_pytorchs_forms():
+    tg.manual_seed(0)
+    a = tg.randint(10, (3, 4))
+    assert (
+        a.shape == (3, 4) and a.dtype == np.int64 and 0 <= a.numpy().min() <= a.numpy().max() < 10
+    )
+    b = tg.randint(5, 8, size=(100,), generator=tg.Generator().manual_seed(2))
+    assert set(b.tolist()) == {5, 6, 7}
+    c = tg.randint(5, 8, size=(100,), generator=tg.Generator().manual_seed(2))
+    assert b.tolist() == c.tolist()
+    assert tg.randint(0, 3, 6).shape == (6,)  # tapegrad's own form still works
+    with pytest.raises(TypeError, match="missing the shape"):
+        tg.randint(3, 5)

@@ -136,9 +136,27 @@ def rand(*shape, dtype=None, rng: np.random.Generator | None = None, device=None
 
 
 def randint(
-    low: int, high: int, shape, dtype=np.int64, rng: np.random.Generator | None = None
+    low: int,
+    high=None,
+    shape=None,
+    dtype=np.int64,
+    rng: np.random.Generator | None = None,
+    *,
+    size=None,
+    generator: np.random.Generator | None = None,
 ) -> Tensor:
-    """Integers uniform in [low, high) of ``shape`` (an int or a tuple); see :func:`randn`."""
+    """Integers uniform in [low, high) of ``shape`` (an int or a tuple); see :func:`randn`.
+    PyTorch's forms work too: ``randint(high, size)``, ``randint(low, high, size=...)``,
+    ``generator=`` for ``rng=``."""
+    if size is not None:
+        if shape is not None:
+            raise TypeError("randint: give shape or size, not both")
+        shape = size
+    if shape is None:
+        if high is None or isinstance(high, (int, np.integer)):
+            raise TypeError("randint: missing the shape (randint(low, high, shape))")
+        low, high, shape = 0, low, high  # PyTorch's randint(high, size)
+    rng = generator if rng is None else rng
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be above low ({low})")
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
