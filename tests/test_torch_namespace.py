@@ -587,3 +587,95 @@ def test_randint_in_pytorchs_forms():
     assert tg.randint(0, 3, 6).shape == (6,)  # tapegrad's own form still works
     with pytest.raises(TypeError, match="missing the shape"):
         tg.randint(3, 5)
+
+
+# -- more top-level functions and initialisers ---------------------------------------------------
+def test_more_top_level_functions_against_torch():
+    a, b, v = _x(3, 4), _x(4, 5, seed=1), _x(4, seed=2)
+    ta, tb, tv = (tg.tensor(u, requires_grad=True) for u in (a, b, v))
+    pa, pb, pv = (torch.tensor(u, requires_grad=True) for u in (a, b, v))
+    pairs = [
+        (tg.clamp(ta, min=-0.5, max=0.5), torch.clamp(pa, min=-0.5, max=0.5)),
+        (tg.clamp_min(ta, 0.1), torch.clamp_min(pa, 0.1)),
+        (tg.unsqueeze(ta, 1), torch.unsqueeze(pa, 1)),
+        (tg.mm(ta, tb), torch.mm(pa, pb)),
+        (tg.mv(ta, tv), torch.mv(pa, pv)),
+        (tg.dot(tv, tv * 2), torch.dot(pv, pv * 2)),
+        (tg.outer(tv, tv), torch.outer(pv, pv)),
+        (tg.amax(ta, dim=1), torch.amax(pa, dim=1)),
+        (tg.amin(ta, dim=(0, 1), keepdim=True), torch.amin(pa, dim=(0, 1), keepdim=True)),
+        (tg.movedim(tb[None], 0, -1), torch.movedim(pb[None], 0, -1)),
+        (tg.movedim(tb[None], (0, 2), (1, 0)), torch.movedim(pb[None], (0, 2), (1, 0))),
+        (tg.swapaxes(ta, 0, 1), torch.swapaxes(pa, 0, 1)),
+        (tg.ravel(ta), torch.ravel(pa)),
+        (tg.vstack([ta, tv[None]]), torch.vstack([pa, pv[None]])),
+        (tg.hstack([tv, tv]), torch.hstack([pv, pv])),
+        (tg.logit(tg.sigmoid(ta), eps=1e-6), torch.logit(torch.sigmoid(pa), eps=1e-6)),
+        (tg.var_mean(ta, dim=1)[0], torch.var_mean(pa, dim=1)[0]),
+        (tg.narrow(ta, 0, 1, 2), torch.narrow(pa, 0, 1, 2)),
+        (tg.t(ta), torch.t(pa)),
+    ]
+    rng = np.random.default_rng(4)
+    total_t = total_p = 0
+    for o, p in pairs:
+        _close(o, p)
+        w = rng.standard_normal(o.shape)
+        total_t = total_t + (o * tg.tensor(w)).sum()
+        total_p = total_p + (p * torch.tensor(w)).sum()
+    total_t.backward()
+    total_p.backward()
+    for x, y in ((ta, pa), (tb, pb), (tv, pv)):
+        _close(x.grad, y.grad)
+    special = np.array([np.nan, np.inf, -np.inf, 1.5])
+    _close(
+        tg.nan_to_num(tg.tensor(special), posinf=7.0),
+        torch.nan_to_num(torch.tensor(special), posinf=7.0),
+    )
+    _close(
+        tg.count_nonzero(tg.tensor(a > 0), dim=0), torch.count_nonzero(torch.tensor(a > 0), dim=0)
+    )
+    assert tg.allclose(ta, ta + 1e-9) and not tg.allclose(ta, ta + 1)
+    assert tg.empty(2, 3).shape == (2, 3) and tg.empty_like(ta).shape == ta.shape
+    assert tg.empty((2, 3), dtype=tg.float64).dtype == np.float64
+    assert tg.Size([2, 3]) == tg.ones(2, 3).shape and tg.inf == torch.inf and tg.pi == torch.pi
+
+
+def test_random_functions():
+    tg.manual_seed(0)
+    perm = tg.randperm(50)
+    assert perm.dtype == np.int64 and sorted(perm.tolist()) == list(range(50))
+    g = tg.Generator().manual_seed(3)
+    assert (
+        tg.randperm(20, generator=g).tolist()
+        == tg.randperm(20, generator=tg.Generator().manual_seed(3)).tolist()
+    )
+    draws = tg.bernoulli(tg.full((4000,), 0.3, dtype=tg.float64))
+    assert set(np.unique(draws.numpy())) == {0.0, 1.0} and abs(draws.numpy().mean() - 0.3) < 0.03
+    mean = tg.tensor(np.full(4000, 2.0), requires_grad=True)
+    z = tg.normal(mean, 0.5)
+    assert abs(z.numpy().mean() - 2) < 0.05 and abs(z.numpy().std() - 0.5) < 0.05
+    z.sum().backward()
+    np.testing.assert_array_equal(mean.grad, 1.0)
+    assert tg.normal(0.0, 1.0, size=(3, 2)).shape == (3, 2)
+    step = tg.compile(lambda x: x[tg.randperm(5)])
+    x = tg.arange(5)
+    seen = {tuple(step(x).tolist()) for _ in range(6)}
+    assert len(seen) > 1 and all(sorted(s) == list(range(5)) for s in seen)  # new draws per call
+
+
+def test_more_initialisers():
+    w = nn.Parameter(np.zeros((300, 200), np.float32))
+    nn.init.trunc_normal_(w, std=0.02, a=-0.03, b=0.03, rng=np.random.default_rng(0))
+    assert np.abs(w.numpy()).max() <= 0.03 and 0.012 < w.numpy().std() < 0.02
+    q = nn.Parameter(np.zeros((6, 10), np.float64))
+    nn.init.orthogonal_(q, gain=2.0)
+    np.testing.assert_allclose(q.numpy() @ q.numpy().T, 4 * np.eye(6), atol=1e-12)
+    tall = nn.Parameter(np.zeros((10, 2, 3), np.float64))
+    nn.init.orthogonal_(tall)
+    flat = tall.numpy().reshape(10, 6)
+    np.testing.assert_allclose(flat.T @ flat, np.eye(6), atol=1e-12)
+    e = nn.Parameter(np.zeros((3, 4), np.float32))
+    nn.init.eye_(e)
+    np.testing.assert_array_equal(e.numpy(), torch.nn.init.eye_(torch.zeros(3, 4)).numpy())
+    fans = nn.init._calculate_fan_in_and_fan_out(nn.Parameter(np.zeros((8, 4, 3, 3), np.float32)))
+    assert fans == torch.nn.init._calculate_fan_in_and_fan_out(torch.zeros(8, 4, 3, 3))

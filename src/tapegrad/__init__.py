@@ -60,8 +60,11 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
 # the namespaces autograd, func and utils.data
 from . import autograd, cuda, data, func, nn, optim, utils  # noqa: E402  # noqa: E402
 from .autodiff.graph import no_grad as inference_mode  # noqa: E402
+from .autograd import set_grad_enabled  # noqa: E402
 from .compat import *  # noqa: E402, F403
 from .compat import __all__ as _compat_names  # noqa: E402
+from .compat_ops import *  # noqa: E402, F403
+from .compat_ops import __all__ as _compat_ops  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     eye,
@@ -142,5 +145,7 @@ __all__ = [
     "func",
     "utils",
     "inference_mode",
+    "set_grad_enabled",
     *_compat_names,
+    *(n for n in _compat_ops if n not in ("inf", "nan", "pi", "e", "Size")),
 ]
