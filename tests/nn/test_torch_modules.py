@@ -216,3 +216,42 @@ def test_default_initialisation_is_pytorchs(ours, theirs):
     assert np.abs(glorot.weight.numpy()).max() <= limit and not glorot.bias.numpy().any()
     with pytest.raises(ValueError, match="init must be one of"):
         eval(f"nn.{ours[:-1]}, init='xavier')")
+
+
+# -- the encoder-decoder Transformer -----------------------------------------------------------
+@pytest.mark.parametrize("norm_first, batch_first", [(False, False), (True, True)])
+def test_transformer_matches_torch(norm_first, batch_first):
+    torch.manual_seed(0)
+    kw = dict(
+        d_model=8,
+        nhead=2,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=16,
+        dropout=0.0,
+        norm_first=norm_first,
+        batch_first=batch_first,
+    )
+    theirs, ours = torch.nn.Transformer(**kw), nn.Transformer(**kw)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    S, T, N = 5, 4, 3
+    src = _x((N, S, 8) if batch_first else (S, N, 8), scale=1.0)
+    tgt = _x((N, T, 8) if batch_first else (T, N, 8), seed=1, scale=1.0)
+    pad = np.zeros((N, S), bool)
+    pad[0, -2:] = True
+
+    def run(lib, m, s, t):
+        mask = type(m).generate_square_subsequent_mask(T)
+        kp = lib.tensor(pad)
+        return m(s, t, tgt_mask=mask, src_key_padding_mask=kp, memory_key_padding_mask=kp)
+
+    compare_with_torch(ours, theirs, [src, tgt],
+                       run_ours=lambda m, s, t: run(tg, m, s, t),
+                       run_theirs=lambda m, s, t: run(torch, m, s, t))  # fmt: skip
+    fresh = nn.Transformer(**kw)  # matrices Xavier-uniform, as PyTorch re-draws them
+    w = fresh.decoder.layers[0].linear1.weight.numpy()
+    assert np.abs(w).max() <= np.sqrt(6 / (8 + 16))
+    mask = nn.Transformer.generate_square_subsequent_mask(3).numpy()
+    np.testing.assert_array_equal(
+        mask, torch.nn.Transformer.generate_square_subsequent_mask(3).numpy()
+    )
