@@ -405,7 +405,7 @@ def test_dataloader_yields_tensors():
         def __getitem__(self, i):
             return {"x": np.full(2, i, np.float32), "y": i * i}
 
-    (batch,) = list(DataLoader(Squares(), batch_size=5))
+    (batch,) = list(DataLoader(Squares(), batch_size=5, num_workers=2, pin_memory=True))
     assert isinstance(batch["x"], tg.Tensor) and batch["y"].tolist() == [0, 1, 4, 9, 16]
     parts = random_split(ds, [0.7, 0.3], generator=tg.Generator().manual_seed(1))
     assert [len(p) for p in parts] == [7, 3]

@@ -5,8 +5,8 @@
 ``collate_fn``, ``generator``), except that samples and batches are Tensors, as in PyTorch:
 ``TensorDataset(x, y)[i]`` is a tuple of Tensors and every batch a loader yields is a Tensor
 (or a tuple, list or dict of them) sharing the batch array's memory. ``tapegrad.data``'s own
-loader keeps yielding NumPy arrays. Python floats collate to tapegrad's default dtype
-(float32), not float64.
+loader keeps yielding NumPy arrays. ``num_workers`` is accepted and ignored (one process).
+Python floats collate to tapegrad's default dtype (float32), not float64.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def random_split(dataset, lengths, generator=None) -> list[Subset]:
 
 
 class DataLoader(_loader.DataLoader):
-    """``tapegrad.data.DataLoader`` whose batches are Tensors (the same order and values)."""
+    """``tapegrad.data.DataLoader`` whose batches are Tensors (the same order and values).
+    ``num_workers``, ``pin_memory`` and the other process options are accepted and ignored:
+    batches are made in the calling process."""
 
     def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None,
                  sampler=None, batch_sampler=None, num_workers: int = 0, collate_fn=None,
@@ -91,7 +93,7 @@ class DataLoader(_loader.DataLoader):
             dataset,
             batch_size=batch_size or 1,
             shuffle=bool(shuffle),
-            num_workers=num_workers,
+            num_workers=0,  # workers (and pin_memory) would only change where batches are made
             collate_fn=collate_fn,
             drop_last=drop_last,
             generator=generator,
