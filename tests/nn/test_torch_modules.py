@@ -11,6 +11,7 @@ from nn_helpers import compare_with_torch
 
 import tapegrad as tg
 from tapegrad import nn
+from tapegrad.nn import functional as F
 from tapegrad.nn.utils import rnn as tg_rnn
 
 
@@ -255,3 +256,68 @@ def test_transformer_matches_torch(norm_first, batch_first):
     np.testing.assert_array_equal(
         mask, torch.nn.Transformer.generate_square_subsequent_mask(3).numpy()
     )
+
+
+# -- more layers ----------------------------------------------------------------------------
+MORE = [
+    ("Unflatten(1, (2, 3))", (4, 6, 5)),
+    ("RMSNorm(5)", (2, 3, 5)),
+    ("RMSNorm((3, 5), eps=1e-3)", (2, 3, 5)),
+    ("RMSNorm(5, elementwise_affine=False)", (2, 3, 5)),
+    ("ZeroPad2d((1, 2, 0, 3))", (2, 3, 4, 5)),
+    ("ZeroPad1d(2)", (2, 3, 5)),
+    ("ConstantPad1d((1, 2), 3.5)", (2, 3, 5)),
+    ("ConstantPad2d(1, -1.0)", (2, 3, 4, 5)),
+    ("ReflectionPad1d((2, 1))", (2, 3, 5)),
+    ("ReflectionPad2d(1)", (2, 3, 4, 5)),
+    ("ReplicationPad1d(2)", (2, 3, 5)),
+    ("ReplicationPad2d((1, 0, 2, 1))", (1, 2, 4, 5)),
+    ("CircularPad1d(2)", (2, 3, 5)),
+    ("CircularPad2d(1)", (2, 3, 4, 5)),
+    ("Dropout1d(0.5).eval()", (2, 3, 5)),
+]
+
+
+@pytest.mark.parametrize("layer, shape", MORE, ids=[m for m, _ in MORE])
+def test_more_layers_match_torch(layer, shape):
+    mine, ref = eval(f"nn.{layer}"), eval(f"torch.nn.{layer}")
+    compare_with_torch(mine, ref, [_x(shape)])
+
+
+def test_more_functional_forms_match_torch():
+    import torch.nn.functional as TF
+
+    a, b = _x((4, 6)), _x((4, 6), seed=1)
+    compare_with_torch(nn.PairwiseDistance(p=1.5), torch.nn.PairwiseDistance(p=1.5), [a, b])
+    for ours, theirs in [
+        (lambda x: F.normalize(x, dim=1), lambda x: TF.normalize(x, dim=1)),
+        (lambda x: F.normalize(x, p=1.0, dim=0), lambda x: TF.normalize(x, p=1.0, dim=0)),
+        (lambda x: F.rms_norm(x, (6,)), lambda x: TF.rms_norm(x, (6,))),
+    ]:
+        compare_with_torch(_Fn(ours), _TFn(theirs), [a])
+    labels = np.array([0, 3, 1])
+    np.testing.assert_array_equal(
+        F.one_hot(tg.tensor(labels), 5).numpy(), TF.one_hot(torch.tensor(labels), 5).numpy()
+    )
+    layer = nn.Dropout1d(0.5)
+    y = layer(tg.ones(8, 40, 6)).numpy()
+    assert ((y == 0).all(-1) | (y == 2).all(-1)).all()  # whole channels dropped or kept
+    assert abs((y == 0).mean() - 0.5) < 0.1
+
+
+class _Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class _TFn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)

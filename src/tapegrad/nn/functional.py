@@ -521,6 +521,13 @@ from ._functional.losses import (  # noqa: E402
     nll_loss,
     smooth_l1_loss,
 )
+from ._functional.misc import (  # noqa: E402
+    dropout1d,
+    normalize,
+    one_hot,
+    pairwise_distance,
+    rms_norm,
+)
 from ._functional.normalization import batch_norm, group_norm, layer_norm  # noqa: E402
 from ._functional.pooling import (  # noqa: E402
     adaptive_avg_pool1d,
@@ -531,6 +538,11 @@ from ._functional.pooling import (  # noqa: E402
 )
 
 __all__ = [
+    "normalize",
+    "pairwise_distance",
+    "rms_norm",
+    "one_hot",
+    "dropout1d",
     "tanhshrink",
     "softshrink",
     "hardshrink",

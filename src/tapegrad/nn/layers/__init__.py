@@ -44,6 +44,22 @@ from .conv import (
 )
 from .dropout import Dropout, Dropout2d
 from .embedding import Embedding
+from .extra import (
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    Dropout1d,
+    PairwiseDistance,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    RMSNorm,
+    Unflatten,
+    ZeroPad1d,
+    ZeroPad2d,
+)
 from .linear import Linear
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d
@@ -119,4 +135,18 @@ __all__ = [
     "Threshold",
     "Softmin",
     "Softmax2d",
+    "Unflatten",
+    "RMSNorm",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "CircularPad1d",
+    "CircularPad2d",
+    "Dropout1d",
+    "PairwiseDistance",
 ]
