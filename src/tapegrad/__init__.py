@@ -55,10 +55,11 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
-# PyTorch's names (issue 26): dtypes as attributes (not in __all__: float, int and bool would
-# shadow the builtins of `from tapegrad import *`), the default dtype, threads, devices, and
-# the namespaces autograd, func and utils.data
-from . import autograd, cuda, data, func, nn, optim, utils  # noqa: E402  # noqa: E402
+# The sub-packages, and PyTorch's names (issue 26): the namespaces autograd, func and
+# utils.data, the default dtype, threads, devices, more functions (compat, compat_ops) and the
+# dtypes as attributes (dtypes: not in __all__, where float, int and bool would shadow the
+# builtins of `from tapegrad import *`)
+from . import autograd, cuda, data, func, nn, optim, utils  # noqa: E402
 from .autodiff.graph import no_grad as inference_mode  # noqa: E402
 from .autograd import set_grad_enabled  # noqa: E402
 from .compat import *  # noqa: E402, F403
