@@ -321,3 +321,19 @@ class _TFn(torch.nn.Module):
 
     def forward(self, x):
         return self.fn(x)
+
+
+def test_module_zero_grad_and_lookups():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    model(tg.tensor(_x((2, 3)))).sum().backward()
+    g = model[0].weight.grad
+    model.zero_grad(set_to_none=False)
+    assert model[0].weight.grad is g and not g.any()
+    model.zero_grad()
+    assert model[0].weight.grad is None
+    assert model.get_submodule("2") is model[2] and model.get_submodule("") is model
+    assert model.get_parameter("2.bias") is model[2].bias
+    model.register_module("extra", nn.ReLU())
+    assert "extra" in dict(model.named_children())
+    with pytest.raises(AttributeError, match="no parameter"):
+        model.get_parameter("1.weight")
