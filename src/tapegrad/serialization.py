@@ -464,7 +464,7 @@ def _read_any(f) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
     shown = getattr(f, "name", None) or f"<{type(f).__name__}>"
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "checkpoint.safetensors")
-        with open(path, "wb") as out:
+        with atomic_file(path) as out:  # a private scratch copy for the verifying reader
             out.write(f.read())
         try:
             arrays, meta = _read(path)
