@@ -581,3 +581,14 @@ def test_more_initialisers():
     np.testing.assert_array_equal(e.numpy(), torch.nn.init.eye_(torch.zeros(3, 4)).numpy())
     fans = nn.init._calculate_fan_in_and_fan_out(nn.Parameter(np.zeros((8, 4, 3, 3), np.float32)))
     assert fans == torch.nn.init._calculate_fan_in_and_fan_out(torch.zeros(8, 4, 3, 3))
+
+
+def test_in_place_random_fills_and_new_tensor():
+    w = nn.Parameter(np.zeros((200, 100), np.float32))
+    w.uniform_(-0.1, 0.1)
+    assert np.abs(w.numpy()).max() <= 0.1 and abs(w.numpy().std() - 0.2 / np.sqrt(12)) < 0.002
+    w.normal_(1.0, 0.5, generator=tg.Generator().manual_seed(0))
+    assert abs(w.numpy().mean() - 1.0) < 0.02 and abs(w.numpy().std() - 0.5) < 0.02
+    n = w.new_tensor([1, 2])
+    assert n.dtype == np.float32 and n.tolist() == [1.0, 2.0] and not n.requires_grad
+    assert w.new_empty(2, 3).shape == (2, 3)

@@ -181,7 +181,27 @@ def _multinomial_method(self, num_samples: int, replacement: bool = False, *, ge
     return multinomial(self, num_samples, replacement, generator=generator)
 
 
+def _uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None) -> Tensor:
+    """Fill with U(a, b) draws in place (``nn.init``'s generator unless ``generator``)."""
+    return nn.init.uniform_(self, a, b, rng=generator)
+
+
+def _normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None) -> Tensor:
+    """Fill with N(mean, std^2) draws in place."""
+    return nn.init.normal_(self, mean, std, rng=generator)
+
+
+def _new_tensor(self, data, dtype=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor of ``data`` in this tensor's dtype (unless ``dtype``), not sharing it."""
+    arr = np.array(data.data if isinstance(data, Tensor) else data, dtype=dtype or self.dtype)
+    return Tensor(arr, requires_grad=requires_grad)
+
+
 Tensor.multinomial = _multinomial_method
+Tensor.uniform_ = _uniform_
+Tensor.normal_ = _normal_
+Tensor.new_tensor = _new_tensor
+Tensor.new_empty = Tensor.new_zeros
 __all__ = [
     "get_default_dtype",
     "set_default_dtype",
