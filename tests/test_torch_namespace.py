@@ -166,6 +166,7 @@ def test_all_any_methods_with_dims():
         _close(ta.all(dim), pa.all(dim))
         _close(ta.any(dim=dim, keepdim=True), pa.any(dim=dim, keepdim=True))
         _close(tg.all(ta, dim=dim), torch.all(pa, dim=dim))
+        _close(ta.any(axis=dim, keepdims=True), pa.any(dim=dim, keepdim=True))
 
 
 def test_type_and_type_as():

@@ -43,14 +43,17 @@ def is_contiguous(self, memory_format=None) -> bool:
     return bool(self.data.flags.c_contiguous)
 
 
-def all_(self, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether every entry (over ``dim``: an int or a tuple) is nonzero; bool."""
-    return ops.all(self, dim, keepdim)
+def all_(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None) -> Tensor:
+    """Whether every entry (over ``dim``, or NumPy's ``axis``: an int or a tuple) is nonzero;
+    bool."""
+    kd = keepdim if keepdims is None else keepdims
+    return ops.all(self, axis, False, dim=dim, keepdim=kd)
 
 
-def any_(self, dim=None, keepdim: bool = False) -> Tensor:
-    """Whether some entry (over ``dim``: an int or a tuple) is nonzero; bool."""
-    return ops.any(self, dim, keepdim)
+def any_(self, dim=None, keepdim: bool = False, *, axis=None, keepdims=None) -> Tensor:
+    """Whether some entry (over ``dim`` or ``axis``) is nonzero; bool."""
+    kd = keepdim if keepdims is None else keepdims
+    return ops.any(self, axis, False, dim=dim, keepdim=kd)
 
 
 def _sizes(sizes) -> tuple:
