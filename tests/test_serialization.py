@@ -199,14 +199,15 @@ def test_save_rejects_bad_input(tmp_path):
         tg.save({"s": np.array(["a"])}, path)
     with pytest.raises(TypeError, match="complex128"):
         tg.save({"c": np.zeros(2, complex)}, path)
-    with pytest.raises(TypeError, match="expected an ndarray"):
-        tg.save({"x": [1, 2]}, path)
+    # nested checkpoints are saved (tests/test_torch_namespace.py); other objects are refused
+    with pytest.raises(TypeError, match=r"the checkpoint\['x'\]\[1\] is a object"):
+        tg.save({"x": [1, object()]}, path)
     with pytest.raises(ValueError, match="invalid tensor name"):
         tg.save({"": np.ones(1)}, path)
     with pytest.raises(ValueError, match="reserved"):
         tg.save({"x": np.ones(1)}, path, metadata={"tapegrad.sha256": "0"})
     with pytest.raises(TypeError, match="str -> str"):
         tg.save({"x": np.ones(1)}, path, metadata={"epoch": 3})
-    with pytest.raises(TypeError, match="expected a model or a dict"):
-        tg.save([np.ones(1)], path)
+    with pytest.raises(TypeError, match="keys must be str or numbers"):
+        tg.save([np.ones(1), {(1, 2): 3}], path)
     assert not path.exists() and os.listdir(tmp_path) == []

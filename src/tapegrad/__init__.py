@@ -55,7 +55,17 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
-from . import cuda, data, nn, optim  # noqa: E402
+# The sub-packages, and PyTorch's names (issue 26): the namespaces autograd, func and
+# utils.data, the default dtype, threads, devices, more functions (compat, compat_ops) and the
+# dtypes as attributes (dtypes: not in __all__, where float, int and bool would shadow the
+# builtins of `from tapegrad import *`)
+from . import autograd, cuda, data, func, nn, optim, utils  # noqa: E402
+from .autodiff.graph import no_grad as inference_mode  # noqa: E402
+from .autograd import set_grad_enabled  # noqa: E402
+from .compat import *  # noqa: E402, F403
+from .compat import __all__ as _compat_names  # noqa: E402
+from .compat_ops import *  # noqa: E402, F403
+from .compat_ops import __all__ as _compat_ops  # noqa: E402
 from .creation import (  # noqa: E402
     arange,
     eye,
@@ -73,7 +83,9 @@ from .creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from .serialization import load, save  # noqa: E402
+from .dtypes import *  # noqa: E402, F403
+from .serialization import load_object as load  # noqa: E402
+from .serialization import save_object as save  # noqa: E402
 
 manual_seed = nn.init.manual_seed
 
@@ -130,4 +142,11 @@ __all__ = [
     "data",
     "save",
     "load",
+    "autograd",
+    "func",
+    "utils",
+    "inference_mode",
+    "set_grad_enabled",
+    *_compat_names,
+    *(n for n in _compat_ops if n not in ("inf", "nan", "pi", "e", "Size")),
 ]

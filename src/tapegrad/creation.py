@@ -14,7 +14,7 @@ import numpy as np
 
 from . import nn
 from .autodiff import ops
-from .autodiff.backend import DEFAULT_DTYPE, device_of, get_device, is_array
+from .autodiff.backend import default_dtype, device_of, float_dtype, get_device, is_array
 from .autodiff.errors import ShapeError
 from .autodiff.plan import TraceError
 from .autodiff.primitives.indexing import one_hot as _one_hot
@@ -27,20 +27,20 @@ def _shape(shape) -> tuple[int, ...]:
     return tuple(int(n) for n in shape)
 
 
-def zeros(*shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
+def zeros(*shape, dtype=None, requires_grad: bool = False) -> Tensor:
     """A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3))``."""
-    return Tensor(np.zeros(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+    return Tensor(np.zeros(_shape(shape), dtype=float_dtype(dtype)), requires_grad=requires_grad)
 
 
-def ones(*shape, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
+def ones(*shape, dtype=None, requires_grad: bool = False) -> Tensor:
     """A tensor of ones: ``ones(2, 3)`` or ``ones((2, 3))``."""
-    return Tensor(np.ones(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+    return Tensor(np.ones(_shape(shape), dtype=float_dtype(dtype)), requires_grad=requires_grad)
 
 
-def full(shape, fill_value, dtype=DEFAULT_DTYPE, requires_grad: bool = False) -> Tensor:
+def full(shape, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
     """A tensor of ``shape`` (an int or a tuple) filled with ``fill_value``."""
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    return Tensor(np.full(shape, fill_value, dtype=dtype), requires_grad=requires_grad)
+    return Tensor(np.full(shape, fill_value, dtype=float_dtype(dtype)), requires_grad=requires_grad)
 
 
 def _like(x):
@@ -78,20 +78,20 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
         raise ValueError("arange: step must not be zero")
     if dtype is None:
         whole = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
-        dtype = np.int64 if whole else DEFAULT_DTYPE
+        dtype = np.int64 if whole else default_dtype()
     return Tensor(np.arange(start, stop, step, dtype=dtype))
 
 
-def linspace(start: float, stop: float, num: int, dtype=DEFAULT_DTYPE) -> Tensor:
+def linspace(start: float, stop: float, num: int, dtype=None) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
     if num < 0:
         raise ValueError(f"linspace: num must be >= 0, got {num}")
-    return Tensor(np.linspace(start, stop, int(num), dtype=dtype))
+    return Tensor(np.linspace(start, stop, int(num), dtype=float_dtype(dtype)))
 
 
-def eye(n: int, m: int | None = None, dtype=DEFAULT_DTYPE) -> Tensor:
+def eye(n: int, m: int | None = None, dtype=None) -> Tensor:
     """The ``n x m`` identity (``m`` defaults to ``n``)."""
-    return Tensor(np.eye(n, m, dtype=dtype))
+    return Tensor(np.eye(n, m, dtype=float_dtype(dtype)))
 
 
 def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
@@ -112,7 +112,7 @@ def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
 
 # -- random draws ---------------------------------------------------------------------------------
 def _draw(shape, dtype, dist, rng, device=None, **bounds) -> Tensor:
-    dtype = np.dtype(dtype)
+    dtype = float_dtype(dtype)
     kinds = "iu" if dist == "integers" else "f"
     if dtype.kind not in kinds or (dist != "integers" and dtype not in (np.float32, np.float64)):
         what = "integers" if dist == "integers" else "float32 or float64"
@@ -123,22 +123,40 @@ def _draw(shape, dtype, dist, rng, device=None, **bounds) -> Tensor:
     return ops.random_draw(shape=_shape(shape), dtype=dtype.type, dist=dist, rng=gen, **bounds)
 
 
-def randn(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None, device=None):
+def randn(*shape, dtype=None, rng: np.random.Generator | None = None, device=None):
     """Standard-normal samples, ``randn(2, 3)`` or ``randn((2, 3))``, drawn from ``rng``
     (``nn.init``'s default generator when None) on the host and put on ``device``. A compiled
     step draws afresh on every call."""
     return _draw(shape, dtype, "normal", rng, device)
 
 
-def rand(*shape, dtype=DEFAULT_DTYPE, rng: np.random.Generator | None = None, device=None):
+def rand(*shape, dtype=None, rng: np.random.Generator | None = None, device=None):
     """Uniform samples on [0, 1); see :func:`randn`."""
     return _draw(shape, dtype, "uniform", rng, device)
 
 
 def randint(
-    low: int, high: int, shape, dtype=np.int64, rng: np.random.Generator | None = None
+    low: int,
+    high=None,
+    shape=None,
+    dtype=np.int64,
+    rng: np.random.Generator | None = None,
+    *,
+    size=None,
+    generator: np.random.Generator | None = None,
 ) -> Tensor:
-    """Integers uniform in [low, high) of ``shape`` (an int or a tuple); see :func:`randn`."""
+    """Integers uniform in [low, high) of ``shape`` (an int or a tuple); see :func:`randn`.
+    PyTorch's forms work too: ``randint(high, size)``, ``randint(low, high, size=...)``,
+    ``generator=`` for ``rng=``."""
+    if size is not None:
+        if shape is not None:
+            raise TypeError("randint: give shape or size, not both")
+        shape = size
+    if shape is None:
+        if high is None or isinstance(high, (int, np.integer)):
+            raise TypeError("randint: missing the shape (randint(low, high, shape))")
+        low, high, shape = 0, low, high  # PyTorch's randint(high, size)
+    rng = generator if rng is None else rng
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be above low ({low})")
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -147,7 +165,7 @@ def randint(
 
 def _float_dtype(x):
     dtype = _like(x).dtype
-    return dtype if dtype.kind == "f" else DEFAULT_DTYPE
+    return dtype if dtype.kind == "f" else default_dtype()
 
 
 def randn_like(x, rng: np.random.Generator | None = None) -> Tensor:

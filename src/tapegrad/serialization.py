@@ -8,7 +8,9 @@ rest of the metadata; loading recomputes it, so truncation, flipped bits and edi
 reported as :class:`ModelFileError` with a one-line message naming the file.
 
 ``save``/``load`` handle a model's state dict (name -> ndarray, order kept);
-``save_arrays``/``load_arrays`` add a JSON-encoded ``meta`` dict, for training checkpoints.
+``save_arrays``/``load_arrays`` add a JSON-encoded ``meta`` dict, for training checkpoints;
+``save_object``/``load_object`` (``tapegrad.save``/``tapegrad.load``) also take nested
+checkpoints (dicts, lists and tuples of tensors, numbers and strings) and file objects.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ __all__ = [
     "load_arrays",
     "remove_stale_temp_files",
     "atomic_file",
+    "save_object",
+    "load_object",
 ]
 
 _DIGEST = "tapegrad.sha256"
@@ -387,3 +391,165 @@ def load_arrays(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
             f"{os.fspath(path)}: metadata 'meta' is a JSON {type(decoded).__name__}, not an object"
         )
     return arrays, decoded
+
+
+# -- nested checkpoints (issue 26): what tapegrad.save/tapegrad.load accept ----------------------
+# A checkpoint such as {"model": sd, "optimizer": opt.state_dict(), "step": n} is stored as one
+# verified safetensors file: every tensor or array under the name of its position ("0", "1",
+# ...), and the structure around them (dicts, lists, tuples, numbers, strings, None) as JSON in
+# the metadata. Nothing is pickled: loading builds only these types.
+_TREE = "tapegrad.tree"
+_TREE_HOLDS = "tensors, arrays, numbers, strings, None, and dicts, lists and tuples of them"
+
+
+def _is_state_dict(obj: Any) -> bool:
+    """A Module, or a flat dict of arrays/Tensors: the model-file format of :func:`save`."""
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        return True
+    return isinstance(obj, Mapping) and all(
+        isinstance(v, (np.ndarray, np.generic, Tensor)) for v in obj.values()
+    )
+
+
+def _leaf_array(obj: Any, where: str, arrays: list) -> int:
+    from .autodiff.backend import to_host
+
+    arr = np.asarray(to_host(obj.data) if isinstance(obj, Tensor) else obj)
+    if arr.dtype.name not in _SUPPORTED:
+        raise TypeError(
+            f"tapegrad.save: {where} has dtype {arr.dtype}, which a checkpoint cannot hold "
+            f"(supported: {', '.join(sorted(_SUPPORTED))})"
+        )
+    arrays.append(np.asarray(arr, dtype=arr.dtype.newbyteorder("<"), order="C"))
+    return len(arrays) - 1
+
+
+def _encode_tree(obj: Any, where: str, arrays: list) -> Any:
+    """The JSON description of ``obj``, its arrays appended to ``arrays``."""
+    if isinstance(obj, Tensor):
+        return {"tensor": _leaf_array(obj, where, arrays), "requires_grad": obj.requires_grad}
+    if isinstance(obj, np.ndarray):
+        return {"array": _leaf_array(obj, where, arrays)}
+    if isinstance(obj, np.generic):
+        return {"scalar": _leaf_array(obj, where, arrays)}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return {"value": obj}
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        return _encode_tree(obj.state_dict(), where, arrays)
+    if isinstance(obj, Mapping):
+        items = []
+        for k, v in obj.items():
+            if not (k is None or isinstance(k, (bool, int, float, str))):
+                raise TypeError(
+                    f"tapegrad.save: {where} has a key {k!r}; keys must be str or numbers"
+                )
+            items.append([k, _encode_tree(v, f"{where}[{k!r}]", arrays)])
+        return {"dict": items}
+    if isinstance(obj, (list, tuple)):
+        parts = [_encode_tree(v, f"{where}[{i}]", arrays) for i, v in enumerate(obj)]
+        return {"tuple" if isinstance(obj, tuple) else "list": parts}
+    raise TypeError(
+        f"tapegrad.save: {where} is a {type(obj).__name__}; a checkpoint holds {_TREE_HOLDS}"
+    )
+
+
+def _decode_tree(node: Any, arrays: list, fail) -> Any:
+    if not isinstance(node, dict) or len(node) not in (1, 2):
+        raise fail("its structure metadata is malformed")
+    if "value" in node:
+        return node["value"]
+    if "dict" in node:
+        return {k: _decode_tree(v, arrays, fail) for k, v in node["dict"]}
+    if "list" in node or "tuple" in node:
+        parts = [_decode_tree(v, arrays, fail) for v in node.get("list", node.get("tuple"))]
+        return parts if "list" in node else tuple(parts)
+    kind = next(iter(node))
+    idx = node[kind]
+    if kind not in ("tensor", "array", "scalar") or not isinstance(idx, int):
+        raise fail("its structure metadata is malformed")
+    if not 0 <= idx < len(arrays):
+        raise fail(f"its structure names tensor {idx}, which it does not hold")
+    arr = arrays[idx]
+    if kind == "array":
+        return arr
+    if kind == "scalar":
+        return arr[()]
+    grad = bool(node.get("requires_grad")) and arr.dtype.kind == "f"
+    return Tensor(arr, requires_grad=grad)
+
+
+def _tree_payload(obj: Any, metadata: Mapping[str, str] | None) -> tuple[dict, dict]:
+    arrays: list = []
+    tree = _encode_tree(obj, "the checkpoint", arrays)
+    meta = _user_metadata(metadata, "tapegrad.save")
+    named = {str(i): a for i, a in enumerate(arrays)}
+    return named, {**meta, _FORMAT: "tree", _TREE: json.dumps(tree)}
+
+
+def save_object(obj: Any, f, metadata: Mapping[str, str] | None = None) -> None:
+    """``tapegrad.save``: write ``obj`` to ``f`` (a path, atomically; or a binary file object)
+    as verified safetensors, never pickle. A Module or a flat dict of arrays is a model file
+    (:func:`save`); anything else is a checkpoint of tensors, arrays, numbers, strings, None
+    and dicts, lists and tuples of them, such as ``{"model": model.state_dict(), "optimizer":
+    opt.state_dict(), "scheduler": sched.state_dict(), "step": n}``."""
+    if _is_state_dict(obj):
+        if not hasattr(f, "write"):
+            save(obj, f, metadata)
+            return
+        arrays = _arrays_from(obj, "tapegrad.save")
+        meta = {**_user_metadata(metadata, "tapegrad.save"), _FORMAT: "model"}
+    else:
+        arrays, meta = _tree_payload(obj, metadata)
+        if not hasattr(f, "write"):
+            _write(f, arrays, meta)
+            return
+    meta = {**meta, _NAMES: json.dumps(list(arrays))}
+    meta[_DIGEST] = _digest(arrays, meta)
+    f.write(safetensors.numpy.save(arrays, metadata=meta))
+
+
+def _read_any(f) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+    """:func:`_read` of a path or of a binary file object's remaining bytes."""
+    if not hasattr(f, "read"):
+        arrays, meta = _read(f)
+        return arrays, meta, os.fspath(f)
+    import tempfile
+
+    shown = getattr(f, "name", None) or f"<{type(f).__name__}>"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "checkpoint.safetensors")
+        with atomic_file(path) as out:  # a private scratch copy for the verifying reader
+            out.write(f.read())
+        try:
+            arrays, meta = _read(path)
+        except ModelFileError as e:
+            raise ModelFileError(str(e).replace(path, str(shown), 1)) from None
+    return arrays, meta, str(shown)
+
+
+def load_object(f, model: Any = None, map_location=None, weights_only: bool | None = None) -> Any:
+    """``tapegrad.load``: read and verify what :func:`save_object` (or :func:`save`) wrote to
+    ``f`` (a path or a binary file object). A checkpoint comes back with its structure (its
+    tensors as Tensors, arrays as arrays); a model file as its state dict (name -> ndarray),
+    loaded into ``model`` too when given. ``map_location`` and ``weights_only`` are accepted
+    for PyTorch's calls: the values land on the CPU, and nothing but data is ever loaded."""
+    arrays, meta, shown = _read_any(f)
+    if meta.get(_FORMAT) != "tree":
+        if model is not None:
+            model.load_state_dict(arrays)
+        return arrays
+
+    def fail(problem: str) -> ModelFileError:
+        return ModelFileError(f"{shown}: {problem}")
+
+    try:
+        tree = json.loads(meta[_TREE])
+    except (KeyError, json.JSONDecodeError, RecursionError):
+        raise fail("its structure metadata is not valid JSON") from None
+    ordered = [arrays[str(i)] for i in range(len(arrays)) if str(i) in arrays]
+    if len(ordered) != len(arrays):
+        raise fail("its tensors are not named by position")
+    obj = _decode_tree(tree, ordered, fail)
+    if model is not None:
+        model.load_state_dict(obj)
+    return obj

@@ -110,12 +110,14 @@ def test_default_generator_is_seedable():
 
 
 def test_layer_defaults_xavier_weights_zero_biases():
+    # Linear and Conv: PyTorch's initialisation by default (tests/nn/test_torch_modules.py);
+    # init="glorot" is the Xavier weight and zero bias the seed presets use
     rng = np.random.default_rng(0)
-    lin = nn.Linear(300, 200, rng=rng)
+    lin = nn.Linear(300, 200, rng=rng, init="glorot")
     b = math.sqrt(6 / 500)
     assert np.abs(lin.weight.data).max() <= b and np.abs(lin.weight.data).max() > 0.99 * b
     assert np.all(lin.bias.data == 0)
-    conv = nn.Conv2d(4, 8, 5, rng=rng)
+    conv = nn.Conv2d(4, 8, 5, rng=rng, init="glorot")
     b = math.sqrt(6 / (4 * 25 + 8 * 25))
     assert np.abs(conv.weight.data).max() <= b and np.all(conv.bias.data == 0)
     lstm = nn.LSTM(30, 20, rng=rng)

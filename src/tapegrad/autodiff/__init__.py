@@ -12,3 +12,6 @@ from .graph import enable_grad, gradients, is_grad_enabled, no_grad  # noqa: F40
 from .ops import *  # noqa: F401,F403
 from .plan import CompiledFunction, TraceError, compile, effect  # noqa: F401
 from .tensor import Tensor  # noqa: F401
+from .tensor_torch import attach as _attach_torch_methods
+
+_attach_torch_methods()

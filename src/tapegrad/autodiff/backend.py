@@ -31,7 +31,30 @@ xp = np
 ndarray = np.ndarray
 
 DEFAULT_DTYPE = np.dtype(np.float32)
-"""Tensors made from Python numbers or lists are float32 unless a dtype is given."""
+"""Tensors made from Python numbers or lists are float32 unless a dtype is given (the initial
+default; ``tapegrad.set_default_dtype`` changes what :func:`default_dtype` returns)."""
+
+_default_dtype = [DEFAULT_DTYPE]
+
+
+def default_dtype() -> np.dtype:
+    """The float dtype of tensors made from Python numbers or lists, of creation functions
+    (``zeros``, ``randn``, ...) and of layers' parameters when no dtype is given."""
+    return _default_dtype[0]
+
+
+def set_default_dtype(dtype) -> None:
+    """Make ``dtype`` (float32 or float64) the default float dtype (PyTorch's
+    ``torch.set_default_dtype``); tensors already made keep theirs."""
+    d = np.dtype(dtype)
+    if d not in (np.float32, np.float64):
+        raise TypeError(f"set_default_dtype: the default must be float32 or float64, got {d}")
+    _default_dtype[0] = d
+
+
+def float_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype; None: :func:`default_dtype`."""
+    return _default_dtype[0] if dtype is None else np.dtype(dtype)
 
 
 class DeviceError(RuntimeError):

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import backend
-from .backend import DEFAULT_DTYPE, is_array, to_host, xp_of
+from .backend import default_dtype, is_array, to_host, xp_of
 
 
 class _TRACING:
@@ -52,7 +52,7 @@ def _as_array(data, dtype, device=None) -> np.ndarray:
         return np.asarray(data)  # NumPy arrays and scalars keep their dtype
     arr = np.asarray(data)
     if arr.dtype == np.float64 or arr.dtype == object:
-        arr = arr.astype(DEFAULT_DTYPE)
+        arr = arr.astype(default_dtype())
     return arr
 
 
@@ -199,7 +199,7 @@ class Tensor:
         extra = ""
         if backend.on_device(self.data):
             extra += f", device={self.device!r}"
-        if self.data.dtype != DEFAULT_DTYPE:
+        if self.data.dtype != default_dtype():
             extra += f", dtype={self.data.dtype}"
         if self._node is not None:
             extra += f", op={self._node.prim.name}"
@@ -434,8 +434,8 @@ class Tensor:
             self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
         )
 
-    def flatten(self, start_axis=0):
-        return flatten(self, start_axis)
+    def flatten(self, start_axis=0, end_axis=-1, *, start_dim=None, end_dim=None):
+        return flatten(self, start_axis, end_axis, start_dim=start_dim, end_dim=end_dim)
 
     def permute(self, *axes):
         return permute(self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes)

@@ -11,7 +11,8 @@ pooling and resizing, attention, losses), ``init.py`` (initialisers and the seed
 generator).
 """
 
-from . import functional, init
+from . import functional, init, utils
+from .containers import ModuleDict, ParameterDict, ParameterList
 from .layers import *  # noqa: F403
 from .layers import __all__ as _layers
 from .losses import (
@@ -35,10 +36,14 @@ manual_seed = init.manual_seed
 __all__ = [
     "functional",
     "init",
+    "utils",
     "manual_seed",
     "Parameter",
     "Module",
     "ModuleList",
+    "ModuleDict",
+    "ParameterList",
+    "ParameterDict",
     "Sequential",
     "StateDictError",
     "LoadResult",

@@ -27,7 +27,6 @@ ArrayLike = Tensor | np.ndarray
 relu = ops.relu
 tanh = ops.tanh
 sigmoid = ops.sigmoid
-softplus = ops.softplus
 
 
 def leaky_relu(x: ArrayLike, negative_slope: float = 0.01) -> Tensor:
@@ -111,23 +110,28 @@ def logsigmoid(x: ArrayLike) -> Tensor:
     return -ops.softplus(-_t(x))
 
 
-def softmin(x: ArrayLike, axis: int = -1) -> Tensor:
-    """``softmax(-x)`` along ``axis``."""
-    return ops.softmax(-_t(x), axis=axis)
+def softmin(x: ArrayLike, axis: int = -1, *, dim: int | None = None, dtype=None) -> Tensor:
+    """``softmax(-x)`` along ``axis`` (or ``dim``)."""
+    return ops.softmax(-_t(_cast(x, dtype)), axis, dim=dim)
 
 
 def _t(x) -> Tensor:
     return x if isinstance(x, Tensor) else Tensor(x)
 
 
-def softmax(x: ArrayLike, axis: int = -1) -> Tensor:
-    """Softmax along ``axis``."""
-    return ops.softmax(x, axis)
+def _cast(x, dtype):
+    """``x`` as ``dtype`` first (PyTorch's ``dtype=`` argument of the softmaxes)."""
+    return x if dtype is None else ops.astype(_t(x), dtype)
 
 
-def log_softmax(x: ArrayLike, axis: int = -1) -> Tensor:
-    """Log-softmax along ``axis`` (stable)."""
-    return ops.log_softmax(x, axis)
+def softmax(x: ArrayLike, axis: int = -1, *, dim: int | None = None, dtype=None) -> Tensor:
+    """Softmax along ``axis`` (or PyTorch's ``dim``), after casting to ``dtype`` if given."""
+    return ops.softmax(_cast(x, dtype), axis, dim=dim)
+
+
+def log_softmax(x: ArrayLike, axis: int = -1, *, dim: int | None = None, dtype=None) -> Tensor:
+    """Log-softmax along ``axis`` (or ``dim``), stable, after casting to ``dtype`` if given."""
+    return ops.log_softmax(_cast(x, dtype), axis, dim=dim)
 
 
 def identity(x: Tensor) -> Tensor:
@@ -490,6 +494,16 @@ def gru(
 
 
 # -- the families in files of their own (nn/_functional/) -------------------------------------
+from ._functional.activation import (  # noqa: E402
+    glu,
+    hardshrink,
+    prelu,
+    rrelu,
+    softplus,
+    softshrink,
+    tanhshrink,
+    threshold,
+)
 from ._functional.attention import (  # noqa: E402
     multi_head_attention_forward,
     scaled_dot_product_attention,
@@ -507,6 +521,13 @@ from ._functional.losses import (  # noqa: E402
     nll_loss,
     smooth_l1_loss,
 )
+from ._functional.misc import (  # noqa: E402
+    dropout1d,
+    normalize,
+    one_hot,
+    pairwise_distance,
+    rms_norm,
+)
 from ._functional.normalization import batch_norm, group_norm, layer_norm  # noqa: E402
 from ._functional.pooling import (  # noqa: E402
     adaptive_avg_pool1d,
@@ -517,6 +538,18 @@ from ._functional.pooling import (  # noqa: E402
 )
 
 __all__ = [
+    "normalize",
+    "pairwise_distance",
+    "rms_norm",
+    "one_hot",
+    "dropout1d",
+    "tanhshrink",
+    "softshrink",
+    "hardshrink",
+    "threshold",
+    "prelu",
+    "glu",
+    "rrelu",
     "pad",
     "relu",
     "tanh",

@@ -167,4 +167,88 @@ __all__ = [
     "xavier_normal_",
     "kaiming_uniform_",
     "kaiming_normal_",
+    "trunc_normal_",
+    "orthogonal_",
+    "eye_",
+    "layer_init_",
 ]
+
+
+LAYER_INITS = ("pytorch", "glorot")
+
+
+def layer_init_(
+    weight: Tensor, bias: Tensor | None, scheme: str = "pytorch", rng=None, owner: str = "layer"
+) -> None:
+    """Initialise a ``Linear``/``Conv``/``ConvTranspose`` layer's weight and bias by
+    ``scheme``: ``"pytorch"`` (the default, PyTorch's: ``kaiming_uniform_(a=sqrt(5))``, i.e.
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the bias from the same range) or ``"glorot"`` (the
+    seed models': Xavier/Glorot uniform weight, zero bias). Weight first, then bias, from
+    ``rng``."""
+    if scheme not in LAYER_INITS:
+        raise ValueError(f"{owner}: init must be one of {LAYER_INITS}, got {scheme!r}")
+    if scheme == "glorot":
+        xavier_uniform_(weight, rng=rng)
+        if bias is not None:
+            zeros_(bias)
+        return
+    kaiming_uniform_(weight, a=math.sqrt(5), rng=rng)
+    if bias is not None:
+        fan_in = calculate_fans(weight.shape)[0]
+        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        uniform_(bias, -bound, bound, rng)
+
+
+def trunc_normal_(
+    tensor: Tensor,
+    mean: float = 0.0,
+    std: float = 1.0,
+    a: float = -2.0,
+    b: float = 2.0,
+    rng: np.random.Generator | None = None,
+    generator: np.random.Generator | None = None,
+) -> Tensor:
+    """N(mean, std^2) truncated to ``[a, b]`` (absolute bounds, as PyTorch's), by redrawing
+    the samples that fall outside."""
+    if not a < b:
+        raise ValueError(f"trunc_normal_: need a < b, got a={a}, b={b}")
+    gen = _rng(rng if rng is not None else generator)
+    values = gen.normal(mean, std, size=tensor.shape)
+    bad = (values < a) | (values > b)
+    for _ in range(1000):
+        if not bad.any():
+            break
+        values[bad] = gen.normal(mean, std, size=int(bad.sum()))
+        bad = (values < a) | (values > b)
+    else:
+        raise ValueError(f"trunc_normal_: [{a}, {b}] is too far in the tails of N({mean}, {std}^2)")
+    return _fill(tensor, values)
+
+
+def orthogonal_(tensor: Tensor, gain: float = 1.0, rng: np.random.Generator | None = None):
+    """A (semi-)orthogonal matrix (rows of the flattened ``(shape[0], -1)`` view orthonormal,
+    or columns when there are more rows), times ``gain``: PyTorch's QR construction."""
+    if len(tensor.shape) < 2:
+        raise ValueError(f"orthogonal_: needs at least 2 dimensions, got shape {tensor.shape}")
+    rows = tensor.shape[0]
+    cols = int(np.prod(tensor.shape)) // rows
+    flat = _rng(rng).normal(size=(rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q *= np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(tensor, gain * q.reshape(tensor.shape))
+
+
+def eye_(tensor: Tensor) -> Tensor:
+    """The identity (ones on the diagonal) of a 2-d tensor."""
+    if len(tensor.shape) != 2:
+        raise ValueError(f"eye_: needs a 2-d tensor, got shape {tensor.shape}")
+    return _fill(tensor, np.eye(*tensor.shape))
+
+
+def _calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
+    """PyTorch's private helper, which custom layers' ``reset_parameters`` call."""
+    return calculate_fans(tuple(tensor.shape))

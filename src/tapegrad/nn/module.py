@@ -246,10 +246,38 @@ class Module:
         """Set evaluation mode (Dropout off) on this module and all descendants."""
         return self.train(False)
 
-    def zero_grad(self) -> None:
-        """Forget every parameter's accumulated gradient (``grad = None``)."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget every parameter's accumulated gradient (``grad = None``), or zero it in place
+        with ``set_to_none=False``."""
         for p in self.parameters():
-            p.grad = None
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.fill(0)
+
+    def register_module(self, name: str, module: Module | None) -> None:
+        """PyTorch's other name for :meth:`add_module`."""
+        self.add_module(name, module)
+
+    def get_submodule(self, target: str) -> Module:
+        """The sub-module at the dotted path ``target`` (``""``: this module)."""
+        mod = self
+        for part in target.split(".") if target else ():
+            child = mod._modules.get(part)
+            if child is None:
+                raise AttributeError(
+                    f"{type(mod).__name__} has no sub-module {part!r} ({target!r})"
+                )
+            mod = child
+        return mod
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at the dotted path ``target`` (``"encoder.weight"``)."""
+        path, _, name = target.rpartition(".")
+        mod = self.get_submodule(path)
+        if name not in mod._parameters:
+            raise AttributeError(f"{type(mod).__name__} has no parameter {name!r} ({target!r})")
+        return mod._parameters[name]
 
     def requires_grad_(self, flag: bool = True) -> Module:
         """Freeze (``False``) or unfreeze every parameter."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autodiff.backend import DEFAULT_DTYPE
+from ..autodiff.backend import default_dtype
 from ..autodiff.tensor import Tensor
 
 
@@ -21,8 +21,8 @@ class Parameter(Tensor):
         if isinstance(data, Tensor):
             data = data.data
         arr = np.array(data, dtype=dtype, copy=True)
-        if dtype is None and not isinstance(data, np.ndarray) and arr.dtype != DEFAULT_DTYPE:
-            arr = arr.astype(DEFAULT_DTYPE)
+        if dtype is None and not isinstance(data, np.ndarray) and arr.dtype != default_dtype():
+            arr = arr.astype(default_dtype())
         if arr.dtype.kind != "f":
             raise TypeError(f"Parameter: values must be floating point, got dtype {arr.dtype}")
         super().__init__(arr, requires_grad=requires_grad)

@@ -10,7 +10,8 @@ recursively), so the sequences agree with it to the last bit; ``base_lrs`` are t
   multiplies twice).
 - ``ExponentialLR``: times ``gamma`` every step.
 - ``CosineAnnealingLR``: cosine from ``initial_lr`` down to ``eta_min`` over ``T_max`` steps.
-- ``OneCycleLR``: up to ``max_lr`` and down far below it, over ``total_steps``.
+- ``OneCycleLR``: up to ``max_lr`` and down far below it, over ``total_steps``, cycling
+  momentum the other way (PyTorch's defaults).
 - ``LambdaLR``: ``initial_lr * lr_lambda(epoch)``, a function per group (functions are not
   part of the state dict, as in PyTorch: the resumed scheduler is built with them again).
 - ``ReduceLROnPlateau``: ``step(metric)``; times ``factor`` when the metric has not improved
@@ -242,62 +243,134 @@ class CosineAnnealingLR(LRScheduler):
 
 
 class OneCycleLR(LRScheduler):
-    """The 1cycle policy (Smith & Topin), as PyTorch's ``OneCycleLR`` with cosine annealing and
-    two phases, learning rates only (momentum is not cycled): from ``max_lr / div_factor`` up
-    to ``max_lr`` over the first ``pct_start`` of ``total_steps`` steps, then down to
-    ``max_lr / div_factor / final_div_factor`` at the last step (and held there after it).
-    Construction sets each group's ``lr`` to the starting value."""
+    """The 1cycle policy (Smith & Topin), as PyTorch's ``OneCycleLR``: the learning rate goes
+    from ``max_lr / div_factor`` up to ``max_lr`` over the first ``pct_start`` of the
+    ``total_steps`` steps (or ``epochs * steps_per_epoch``), then down to ``max_lr /
+    div_factor / final_div_factor`` at the last step (``three_phase``: back down to the start
+    over a second ``pct_start``, then to the floor), annealed by cosine or linearly
+    (``anneal_strategy``). With ``cycle_momentum`` (the default, as in PyTorch) the momentum
+    (SGD's ``momentum``, Adam-like ``betas[0]``) moves the opposite way between
+    ``max_momentum`` and ``base_momentum``; optimisers without either then raise. Construction
+    sets each group's ``lr`` (and momentum) to the starting values; stepping past
+    ``total_steps`` raises ``ValueError``, as PyTorch does."""
 
-    _hyper = ("total_steps", "max_lrs", "pct_start", "div_factor", "final_div_factor")
+    _hyper = (
+        "total_steps", "max_lrs", "pct_start", "div_factor", "final_div_factor",
+        "anneal_strategy", "cycle_momentum", "base_momentums", "max_momentums", "three_phase",
+    )  # fmt: skip
 
     def __init__(
         self,
         optimizer: Optimizer,
         max_lr: float | list[float],
-        total_steps: int,
+        total_steps: int | None = None,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
         pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        cycle_momentum: bool = True,
+        base_momentum: float | list[float] = 0.85,
+        max_momentum: float | list[float] = 0.95,
         div_factor: float = 25.0,
         final_div_factor: float = 1e4,
+        three_phase: bool = False,
         last_epoch: int = -1,
     ):
         name = "OneCycleLR"
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise ValueError(f"{name}: give total_steps, or epochs and steps_per_epoch")
+            total_steps = _positive_int(name, "epochs", epochs) * _positive_int(
+                name, "steps_per_epoch", steps_per_epoch
+            )
         self.total_steps = _positive_int(name, "total_steps", total_steps)
         n = len(optimizer.param_groups) if isinstance(optimizer, Optimizer) else 1
-        lrs = list(max_lr) if isinstance(max_lr, (list, tuple)) else [max_lr] * n
-        self.max_lrs = [_nonnegative(name, "max_lr", v) for v in lrs]
+        self.max_lrs = [_nonnegative(name, "max_lr", v) for v in _per_group(max_lr, n)]
         self.pct_start = _nonnegative(name, "pct_start", pct_start)
         if not 0 < self.pct_start < 1:
             raise ValueError(f"{name}: pct_start must be in (0, 1), got {pct_start!r}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(
+                f"{name}: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}"
+            )
+        self.anneal_strategy, self.three_phase = anneal_strategy, bool(three_phase)
         self.div_factor = _nonnegative(name, "div_factor", div_factor)
         self.final_div_factor = _nonnegative(name, "final_div_factor", final_div_factor)
         if self.div_factor <= 0 or self.final_div_factor <= 0:
             raise ValueError(f"{name}: div_factor and final_div_factor must be positive")
+        self.cycle_momentum = bool(cycle_momentum)
+        self.base_momentums = [float(v) for v in _per_group(base_momentum, n)]
+        self.max_momentums = [float(v) for v in _per_group(max_momentum, n)]
+        if isinstance(optimizer, Optimizer) and self.cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError(
+                    f"{name}: {type(optimizer).__name__} has neither momentum nor betas to "
+                    f"cycle; pass cycle_momentum=False"
+                )
         if isinstance(optimizer, Optimizer) and last_epoch == -1:
-            if len(self.max_lrs) != n:
-                raise ValueError(f"{name}: {len(self.max_lrs)} max_lr values for {n} groups")
-            for group, top in zip(optimizer.param_groups, self.max_lrs):
+            for k in ("max_lr", "base_momentum", "max_momentum"):
+                if len(getattr(self, k + "s")) != n:
+                    raise ValueError(
+                        f"{name}: {len(getattr(self, k + 's'))} {k} values for {n} groups"
+                    )
+            for group, top, m in zip(optimizer.param_groups, self.max_lrs, self.max_momentums):
                 group["lr"] = top / self.div_factor
                 group["initial_lr"] = group["lr"]
+                if self.cycle_momentum:
+                    _set_momentum(group, m)
         super().__init__(optimizer, last_epoch)
 
-    @staticmethod
-    def _cos(start: float, end: float, pct: float) -> float:
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "linear":
+            return (end - start) * pct + start
         return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
 
-    def _next_lrs(self) -> list[float]:
-        t = min(self.last_epoch, self.total_steps - 1)
+    def _phases(self, low: float, top: float, floor: float, m_low: float, m_top: float):
+        """(end step, start lr, end lr, start momentum, end momentum) of each phase."""
         up = float(self.pct_start * self.total_steps) - 1
-        last = self.total_steps - 1
+        last = float(self.total_steps - 1)
+        if self.three_phase:
+            down = float(2 * self.pct_start * self.total_steps) - 2
+            return [(up, low, top, m_top, m_low), (down, top, low, m_low, m_top),
+                    (last, low, floor, m_top, m_top)]  # fmt: skip
+        return [(up, low, top, m_top, m_low), (last, top, floor, m_low, m_top)]
+
+    def _next_lrs(self) -> list[float]:
+        t = self.last_epoch
+        if t > self.total_steps:
+            raise ValueError(
+                f"OneCycleLR: stepped {t} times, past total_steps={self.total_steps}; the cycle "
+                f"is over (give more total_steps, or epochs and steps_per_epoch)"
+            )
         out = []
-        for top in self.max_lrs:
+        groups = self.optimizer.param_groups
+        for g, top, m_low, m_top in zip(
+            groups, self.max_lrs, self.base_momentums, self.max_momentums
+        ):
             low = top / self.div_factor
-            floor = low / self.final_div_factor
-            if t <= up:
-                out.append(self._cos(low, top, t / up if up > 0 else 1.0))
-            else:
-                span = last - up
-                out.append(self._cos(top, floor, (t - up) / span if span > 0 else 1.0))
+            phases = self._phases(low, top, low / self.final_div_factor, m_low, m_top)
+            begin = 0.0
+            for i, (end, lr0, lr1, m0, m1) in enumerate(phases):
+                if t <= end or i == len(phases) - 1:
+                    pct = (t - begin) / (end - begin)
+                    out.append(self._anneal(lr0, lr1, pct))
+                    if self.cycle_momentum:
+                        _set_momentum(g, self._anneal(m0, m1, pct))
+                    break
+                begin = end
         return out
+
+
+def _per_group(v, n: int) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v] * n
+
+
+def _set_momentum(group: dict, m: float) -> None:
+    """Write a cycled momentum: ``betas[0]`` for Adam-like optimisers, else ``momentum``."""
+    if "betas" in group:
+        group["betas"] = (m, *tuple(group["betas"])[1:])
+    else:
+        group["momentum"] = m
 
 
 class LambdaLR(LRScheduler):

@@ -403,7 +403,9 @@ def make_scheduler(spec: dict | None, optimizer: optim.Optimizer, steps_per_epoc
     if name == "cosine":
         return optim.CosineAnnealingLR(optimizer, total)
     if name == "onecycle":
-        return optim.OneCycleLR(optimizer, [g["lr"] for g in optimizer.param_groups], total)
+        # the learning rate only: the trainer's one-cycle schedule predates momentum cycling
+        lrs = [g["lr"] for g in optimizer.param_groups]
+        return optim.OneCycleLR(optimizer, lrs, total, cycle_momentum=False)
     raise ValueError(f"unknown scheduler {name!r}; choose one of: {', '.join(SCHEDULERS)}")
 
 

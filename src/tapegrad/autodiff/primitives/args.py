@@ -37,3 +37,12 @@ def one_axis(op: str, axis, shape: tuple) -> int | None:
         raise ShapeError(f"{op}: takes one axis (dim), got {axis!r}")
     axes = axes_of(op, axis, shape)
     return axes[0] if axes else None
+
+
+def pick_axis(op: str, axis, keepdims, dim, keepdim, default=None) -> tuple:
+    """``(axis, keepdims)`` from NumPy's names or PyTorch's (``dim=``, ``keepdim=``), not both."""
+    if dim is not None:
+        if axis is not default:
+            raise TypeError(f"{op}: give axis or dim, not both")
+        axis = dim
+    return axis, bool(keepdims if keepdim is None else keepdim)

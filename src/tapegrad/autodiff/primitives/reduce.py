@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backend import expand_reduced, is_array, normalize_axis, xp_of
 from . import samples as S
+from .args import pick_axis
 from .elementwise import absolute, exp, power, sqrt
 from .registry import Sample, primitive, run, scratch
 from .shape import _broadcast_to
@@ -202,13 +203,14 @@ def _ndim(x) -> int:
 
 
 def _reducer(prim, what):
-    def reduce(x, axis=None, keepdims: bool = False):
-        return prim(x, axis=normalize_axis(axis, _ndim(x)), keepdims=bool(keepdims))
+    def reduce(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        axis, keepdims = pick_axis(prim.name, axis, keepdims, dim, keepdim)
+        return prim(x, axis=normalize_axis(axis, _ndim(x)), keepdims=keepdims)
 
     reduce.__name__ = prim.name
     reduce.__doc__ = (
         f"{what} of ``x`` over ``axis`` (None: all axes), keeping reduced dims "
-        f"as size 1 if ``keepdims``."
+        f"as size 1 if ``keepdims`` (PyTorch's ``dim=``, ``keepdim=`` too)."
     )
     return reduce
 
@@ -221,17 +223,19 @@ logsumexp = _reducer(_logsumexp, "log(sum(exp(x))) (stable)")
 
 
 # -- composites: statistics and norms from the primitives above (so differentiable twice) ------
-def var(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """Variance over ``axis``: the sum of squared deviations over ``n - correction`` (1:
-    unbiased, PyTorch's default; 0: the population variance)."""
+def var(x, axis=None, correction: int = 1, keepdims: bool = False, *, dim=None, keepdim=None):
+    """Variance over ``axis`` (or ``dim``): the sum of squared deviations over
+    ``n - correction`` (1: unbiased, PyTorch's default; 0: the population variance)."""
+    axis, keepdims = pick_axis("var", axis, keepdims, dim, keepdim)
     axes = normalize_axis(axis, _ndim(x))
     n = int(np.prod([np.shape(_plain(x))[a] for a in axes], dtype=np.int64))
     d = x - mean(x, axes, keepdims=True)
     return sum(d * d, axes, keepdims) / builtins.max(n - correction, 0)
 
 
-def std(x, axis=None, correction: int = 1, keepdims: bool = False):
+def std(x, axis=None, correction: int = 1, keepdims: bool = False, *, dim=None, keepdim=None):
     """Standard deviation: the square root of :func:`var`."""
+    axis, keepdims = pick_axis("std", axis, keepdims, dim, keepdim)
     return sqrt(var(x, axis, correction, keepdims))
 
 
@@ -311,7 +315,8 @@ _arg_extreme = primitive(
 
 
 def _index_reduction(largest: bool, name: str):
-    def reduce(x, axis=None, keepdims: bool = False):
+    def reduce(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
+        axis, keepdims = pick_axis(name, axis, keepdims, dim, keepdim)
         if axis is not None:
             axes = normalize_axis(axis, _ndim(x))
             axis = axes[0] if axes else 0
@@ -348,14 +353,16 @@ _truth = primitive(
 )
 
 
-def all(x, axis=None, keepdims: bool = False):  # noqa: A001
-    """Whether every entry over ``axis`` is nonzero (bool, not differentiable)."""
-    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=bool(keepdims), every=True)
+def all(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):  # noqa: A001
+    """Whether every entry over ``axis`` (or ``dim``) is nonzero (bool, not differentiable)."""
+    axis, keepdims = pick_axis("all", axis, keepdims, dim, keepdim)
+    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=keepdims, every=True)
 
 
-def any(x, axis=None, keepdims: bool = False):  # noqa: A001
-    """Whether some entry over ``axis`` is nonzero (bool, not differentiable)."""
-    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=bool(keepdims), every=False)
+def any(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):  # noqa: A001
+    """Whether some entry over ``axis`` (or ``dim``) is nonzero (bool, not differentiable)."""
+    axis, keepdims = pick_axis("any", axis, keepdims, dim, keepdim)
+    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=keepdims, every=False)
 
 
 def _tensor(a):
@@ -376,11 +383,12 @@ def _one_axis(axis, x):
     return axes[0] if axes else ()  # a 0-d x: nothing to normalise over
 
 
-def softmax(x, axis: int = -1):
-    """Softmax along ``axis``, stable for large inputs."""
-    return _softmax(x, axis=_one_axis(axis, x))
+def softmax(x, axis: int = -1, *, dim=None):
+    """Softmax along ``axis`` (or ``dim``), stable for large inputs."""
+    return _softmax(x, axis=_one_axis(pick_axis("softmax", axis, 0, dim, None, -1)[0], x))
 
 
-def log_softmax(x, axis: int = -1):
-    """Log-softmax along ``axis``, stable for large inputs."""
+def log_softmax(x, axis: int = -1, *, dim=None):
+    """Log-softmax along ``axis`` (or ``dim``), stable for large inputs."""
+    axis = pick_axis("log_softmax", axis, 0, dim, None, -1)[0]
     return _log_softmax(x, axis=_one_axis(axis, x))

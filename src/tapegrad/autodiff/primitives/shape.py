@@ -56,11 +56,20 @@ def reshape(x, shape):
     return _reshape(x, shape=shape)
 
 
-def flatten(x, start_axis: int = 0):
-    """Merge the axes from ``start_axis`` on into one."""
+def flatten(x, start_axis: int = 0, end_axis: int = -1, *, start_dim=None, end_dim=None):
+    """Merge the axes from ``start_axis`` to ``end_axis`` (both included; PyTorch's
+    ``start_dim``, ``end_dim``) into one."""
+    start_axis = start_axis if start_dim is None else start_dim
+    end_axis = end_axis if end_dim is None else end_dim
     shape = np.shape(_data(x))
-    start = normalize_axis(start_axis, len(shape))[0] if shape else 0
-    return reshape(x, shape[:start] + (-1 if 0 not in shape[start:] else 0,))
+    if not shape:
+        return reshape(x, (1,))
+    start = normalize_axis(start_axis, len(shape))[0]
+    end = normalize_axis(end_axis, len(shape))[0]
+    if end < start:
+        raise ShapeError(f"flatten: start_dim {start_axis} comes after end_dim {end_axis}")
+    merged = int(np.prod(shape[start : end + 1], dtype=np.int64))
+    return reshape(x, shape[:start] + (merged,) + shape[end + 1 :])
 
 
 def squeeze(x, axis=None):
@@ -358,8 +367,10 @@ _stack = primitive(
 )
 
 
-def stack(xs, axis: int = 0):
-    """Join a sequence of same-shape tensors along a new axis."""
+def stack(xs, axis: int = 0, *, dim=None):
+    """Join a sequence of same-shape tensors along a new axis (``axis`` or ``dim``)."""
+    if dim is not None:
+        axis = dim
     xs = list(xs)
     if not xs:
         raise ShapeError("stack: needs at least one tensor")

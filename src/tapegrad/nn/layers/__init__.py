@@ -1,6 +1,36 @@
 """The layers, one file per family."""
 
-from .activation import Identity, LogSoftmax, ReLU, Sigmoid, Softmax, Tanh
+from .activation import (
+    CELU,
+    ELU,
+    GELU,
+    GLU,
+    SELU,
+    Hardshrink,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    Identity,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    PReLU,
+    ReLU,
+    ReLU6,
+    RReLU,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softmax2d,
+    Softmin,
+    Softplus,
+    Softshrink,
+    Softsign,
+    Tanh,
+    Tanhshrink,
+    Threshold,
+)
 from .attention import MultiheadAttention
 from .conv import (
     Conv1d,
@@ -14,12 +44,29 @@ from .conv import (
 )
 from .dropout import Dropout, Dropout2d
 from .embedding import Embedding
+from .extra import (
+    CircularPad1d,
+    CircularPad2d,
+    ConstantPad1d,
+    ConstantPad2d,
+    Dropout1d,
+    PairwiseDistance,
+    ReflectionPad1d,
+    ReflectionPad2d,
+    ReplicationPad1d,
+    ReplicationPad2d,
+    RMSNorm,
+    Unflatten,
+    ZeroPad1d,
+    ZeroPad2d,
+)
 from .linear import Linear
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d
 from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .shape import Flatten, Permute, Reshape
 from .transformer import TransformerEncoder, TransformerEncoderLayer
+from .transformer_decoder import Transformer, TransformerDecoder, TransformerDecoderLayer
 from .upsampling import Upsample
 
 __all__ = [
@@ -54,6 +101,9 @@ __all__ = [
     "MultiheadAttention",
     "TransformerEncoderLayer",
     "TransformerEncoder",
+    "TransformerDecoderLayer",
+    "TransformerDecoder",
+    "Transformer",
     "Dropout",
     "Dropout2d",
     "ReLU",
@@ -62,4 +112,41 @@ __all__ = [
     "Identity",
     "Softmax",
     "LogSoftmax",
+    "GELU",
+    "LeakyReLU",
+    "SiLU",
+    "ELU",
+    "SELU",
+    "CELU",
+    "Softplus",
+    "Softsign",
+    "Hardtanh",
+    "ReLU6",
+    "Hardsigmoid",
+    "Hardswish",
+    "Mish",
+    "Tanhshrink",
+    "Softshrink",
+    "Hardshrink",
+    "LogSigmoid",
+    "PReLU",
+    "RReLU",
+    "GLU",
+    "Threshold",
+    "Softmin",
+    "Softmax2d",
+    "Unflatten",
+    "RMSNorm",
+    "ZeroPad1d",
+    "ZeroPad2d",
+    "ConstantPad1d",
+    "ConstantPad2d",
+    "ReflectionPad1d",
+    "ReflectionPad2d",
+    "ReplicationPad1d",
+    "ReplicationPad2d",
+    "CircularPad1d",
+    "CircularPad2d",
+    "Dropout1d",
+    "PairwiseDistance",
 ]

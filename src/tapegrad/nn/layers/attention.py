@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import float_dtype
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
 from .. import functional as F
@@ -43,7 +44,7 @@ class MultiheadAttention(Module):
         vdim: int | None = None,
         batch_first: bool = False,
         device=None,
-        dtype=np.float32,
+        dtype=None,
         *,
         rng: np.random.Generator | None = None,
     ) -> None:
@@ -64,7 +65,7 @@ class MultiheadAttention(Module):
         self.num_heads, self.head_dim = int(num_heads), E // int(num_heads)
         self.dropout, self.batch_first = float(dropout), bool(batch_first)
         self.add_zero_attn = bool(add_zero_attn)
-        dtype = np.dtype(dtype or np.float32)
+        dtype = float_dtype(dtype)
         if self._qkv_same_embed_dim:
             self.in_proj_weight = Parameter(np.empty((3 * E, E), dtype))
             init.xavier_uniform_(self.in_proj_weight, rng=rng)

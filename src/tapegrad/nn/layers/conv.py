@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
-from .. import init
+from .. import init as _init
 from ..module import Module
 from ..parameter import Parameter
 from ._check import check_input, named
@@ -44,7 +45,10 @@ class _ConvNd(Module):
         bias: bool = True,
         padding_mode: str = "zeros",
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
+        device=None,
+        *,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
         d, name = self.d, type(self).__name__
@@ -74,9 +78,13 @@ class _ConvNd(Module):
             raise ValueError(f"{name}: padding='same' needs stride 1, got {self.stride}")
         self.padding_mode = padding_mode
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=dtype))
-        init.xavier_uniform_(self.weight, rng=rng)
-        self.bias = Parameter(np.zeros(self.out_channels, dtype=dtype)) if bias else None
+        self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
+        self.bias = (
+            Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
+        )
+        _init.layer_init_(self.weight, self.bias, init, rng, name)
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
 
     def _pad_pairs(self) -> tuple:
         if self.padding == "valid":
@@ -113,8 +121,9 @@ class Conv1d(_ConvNd):
     """1-D convolution (cross-correlation) of ``x (N, in_channels, L)``, PyTorch's arguments:
     ``weight (out_channels, in_channels/groups, kernel_size)``, ``bias (out_channels,)``;
     ``padding`` an int, ``'same'`` or ``'valid'``; ``padding_mode`` zeros, reflect, replicate
-    or circular. Initialisation: Xavier/Glorot uniform weight (fans include the kernel size),
-    zero bias."""
+    or circular. Initialisation (``init=``): PyTorch's by default (weight and bias uniform in
+    +-1/sqrt(fan_in), fan_in = in_channels/groups * kernel_size), ``"glorot"``: Xavier uniform
+    weight, zero bias."""
 
     d = 1
 
@@ -143,7 +152,10 @@ class _ConvTransposeNd(Module):
         dilation=1,
         padding_mode: str = "zeros",
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
+        device=None,
+        *,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
         d, name = self.d, type(self).__name__
@@ -165,9 +177,13 @@ class _ConvTransposeNd(Module):
         self.output_padding = _tuple(output_padding, d, f"{name} output_padding")
         self.dilation = _tuple(dilation, d, f"{name} dilation")
         shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=dtype))
-        init.xavier_uniform_(self.weight, rng=rng)
-        self.bias = Parameter(np.zeros(self.out_channels, dtype=dtype)) if bias else None
+        self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
+        self.bias = (
+            Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
+        )
+        _init.layer_init_(self.weight, self.bias, init, rng, name)
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         check_input(self, x, _pattern(self.d, self.in_channels), {1: self.in_channels})

@@ -3,6 +3,8 @@ training, identity in evaluation."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ...autodiff.errors import ShapeError
@@ -44,6 +46,15 @@ class Dropout2d(Dropout):
     generator, as in :class:`Dropout`."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.ndim == 2:  # PyTorch warns and drops entries one by one (plain dropout)
+            warnings.warn(
+                f"{self!r}: received a 2-D input {tuple(x.shape)}; channel dropout expects "
+                f"(N, C, H, W) or (N, C, L), so each entry is dropped on its own (as PyTorch "
+                f"does); use Dropout for that",
+                UserWarning,
+                stacklevel=2,
+            )
+            return F.dropout(x, self.p, self.training, self.rng)
         if x.ndim not in (3, 4):
             raise ShapeError(
                 f"{self!r}: expected input of shape (N, C, H, W) or (N, C, L), got {tuple(x.shape)}"

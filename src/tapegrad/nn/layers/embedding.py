@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
 from .. import init
@@ -33,7 +34,7 @@ class Embedding(Module):
         *,
         trainable: bool = True,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
         device=None,
     ) -> None:
         super().__init__()
@@ -41,7 +42,7 @@ class Embedding(Module):
             raise ValueError(f"Embedding: tapegrad runs on the CPU; got device {device!r}")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         self.padding_idx = _padding_index(padding_idx, self.num_embeddings)
-        self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=dtype))
+        self.weight = Parameter(np.empty((num_embeddings, embedding_dim), dtype=float_dtype(dtype)))
         init.normal_(self.weight, rng=rng)
         if self.padding_idx is not None:
             self.weight.data[self.padding_idx] = 0

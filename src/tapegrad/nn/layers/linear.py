@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import functional as F
-from .. import init
+from .. import init as _init
 from ..module import Module
 from ..parameter import Parameter
 from ._check import fail
@@ -16,8 +17,10 @@ class Linear(Module):
     """``y = x @ weight.T + bias`` over the last axis of ``x (..., in_features)``.
 
     ``weight (out_features, in_features)``, ``bias (out_features,)`` — the layout PyTorch uses,
-    so weights copy across 1:1. Initialisation: Xavier/Glorot uniform weight, zero bias, drawn
-    from ``rng`` (default: ``nn.init``'s seedable generator).
+    so weights copy across 1:1. Initialisation (``init=``): ``"pytorch"`` (the default,
+    PyTorch's: weight and bias uniform in +-1/sqrt(in_features)) or ``"glorot"`` (Xavier
+    uniform weight, zero bias: the seed models'), drawn from ``rng`` (default: ``nn.init``'s
+    seedable generator). ``device``: only ``"cpu"``.
     """
 
     def __init__(
@@ -26,14 +29,19 @@ class Linear(Module):
         out_features: int,
         bias: bool = True,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
+        device=None,
+        *,
+        init: str = "pytorch",
     ) -> None:
         super().__init__()
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"Linear: parameters are made on the CPU; got device {device!r}")
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        self.weight = Parameter(np.empty((out_features, in_features), dtype=dtype))
-        init.xavier_uniform_(self.weight, rng=rng)
-        self.bias = Parameter(np.zeros(out_features, dtype=dtype)) if bias else None
+        self.weight = Parameter(np.empty((out_features, in_features), dtype=float_dtype(dtype)))
+        self.bias = Parameter(np.zeros(out_features, dtype=float_dtype(dtype))) if bias else None
+        _init.layer_init_(self.weight, self.bias, init, rng, "Linear")
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 1 or x.shape[-1] != self.in_features:

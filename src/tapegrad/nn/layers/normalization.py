@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import float_dtype
 from ...autodiff.errors import ShapeError
 from ...autodiff.plan import effect
 from ...autodiff.tensor import Tensor
@@ -35,7 +36,7 @@ class _BatchNorm(Module):
         affine: bool = True,
         track_running_stats: bool = True,
         device=None,
-        dtype=np.float32,
+        dtype=None,
     ) -> None:
         super().__init__()
         name = type(self).__name__
@@ -47,7 +48,7 @@ class _BatchNorm(Module):
         self.num_features = int(num_features)
         self.eps, self.momentum = float(eps), momentum
         self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
-        dtype = np.dtype(dtype or np.float32)
+        dtype = float_dtype(dtype)
         if self.affine:
             self.weight = Parameter(np.ones(self.num_features, dtype))
             self.bias = Parameter(np.zeros(self.num_features, dtype))
@@ -128,7 +129,7 @@ class LayerNorm(Module):
         elementwise_affine: bool = True,
         bias: bool = True,
         device=None,
-        dtype=np.float32,
+        dtype=None,
     ) -> None:
         super().__init__()
         _check_device("LayerNorm", device)
@@ -137,7 +138,7 @@ class LayerNorm(Module):
         if not self.normalized_shape or min(self.normalized_shape) < 1:
             raise ValueError(f"LayerNorm: normalized_shape must be positive sizes, got {shape!r}")
         self.eps, self.elementwise_affine = float(eps), bool(elementwise_affine)
-        dtype = np.dtype(dtype or np.float32)
+        dtype = float_dtype(dtype)
         if self.elementwise_affine:
             self.weight = Parameter(np.ones(self.normalized_shape, dtype))
             self.bias = Parameter(np.zeros(self.normalized_shape, dtype)) if bias else None
@@ -172,7 +173,7 @@ class GroupNorm(Module):
         eps: float = 1e-5,
         affine: bool = True,
         device=None,
-        dtype=np.float32,
+        dtype=None,
     ) -> None:
         super().__init__()
         _check_device("GroupNorm", device)
@@ -183,7 +184,7 @@ class GroupNorm(Module):
             )
         self.num_groups, self.num_channels = int(num_groups), int(num_channels)
         self.eps, self.affine = float(eps), bool(affine)
-        dtype = np.dtype(dtype or np.float32)
+        dtype = float_dtype(dtype)
         if self.affine:
             self.weight = Parameter(np.ones(self.num_channels, dtype))
             self.bias = Parameter(np.zeros(self.num_channels, dtype))

@@ -27,12 +27,14 @@ import warnings
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import float_dtype
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
 from .. import functional as F
 from .. import init
 from ..module import Module
 from ..parameter import Parameter
+from ..utils.rnn import PackedSequence, run_packed
 
 _GATES = {"tanh": 1, "relu": 1, "lstm": 4, "gru": 3}
 
@@ -74,7 +76,7 @@ class _RNNBase(Module):
         bidirectional: bool = False,
         *,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
         device=None,
     ) -> None:
         super().__init__()
@@ -104,8 +106,8 @@ class _RNNBase(Module):
             width = self.input_size if layer == 0 else H * D
             for direction in range(D):
                 sfx = f"_l{layer}" + ("_reverse" if direction else "")
-                w_ih = Parameter(np.empty((G * H, width), dtype=dtype))
-                w_hh = Parameter(np.empty((G * H, H), dtype=dtype))
+                w_ih = Parameter(np.empty((G * H, width), dtype=float_dtype(dtype)))
+                w_hh = Parameter(np.empty((G * H, H), dtype=float_dtype(dtype)))
                 _gate_blocks_init(w_ih, G, H, rng)
                 _gate_blocks_init(w_hh, G, H, rng)
                 names = [f"weight_ih{sfx}", f"weight_hh{sfx}"]
@@ -113,8 +115,8 @@ class _RNNBase(Module):
                 setattr(self, names[1], w_hh)
                 if self.bias:
                     names += [f"bias_ih{sfx}", f"bias_hh{sfx}"]
-                    setattr(self, names[2], Parameter(np.zeros(G * H, dtype=dtype)))
-                    setattr(self, names[3], Parameter(np.zeros(G * H, dtype=dtype)))
+                    setattr(self, names[2], Parameter(np.zeros(G * H, dtype=float_dtype(dtype))))
+                    setattr(self, names[3], Parameter(np.zeros(G * H, dtype=float_dtype(dtype))))
                 self._weight_names.append(names)
         # inter-layer dropout masks: a generator of the layer's own, drawn only when needed
         self.rng = None
@@ -258,7 +260,7 @@ class RNN(_RNNBase):
         bidirectional: bool = False,
         *,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
         device=None,
     ) -> None:
         if nonlinearity not in ("tanh", "relu"):
@@ -279,6 +281,8 @@ class RNN(_RNNBase):
         self.nonlinearity = nonlinearity
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if isinstance(x, PackedSequence):
+            return run_packed(self, x, h0)
         h0 = self._check_state("h0", h0, self._batch(x))
         out, (h_n,) = self._run(x, [h0])
         return out, h_n
@@ -310,7 +314,7 @@ class LSTM(_RNNBase):
         proj_size: int = 0,
         *,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
         device=None,
     ) -> None:
         if proj_size != 0:
@@ -331,6 +335,8 @@ class LSTM(_RNNBase):
     def forward(self, x: Tensor, hx=None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         if hx is not None and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
             raise TypeError(f"{self!r}: the initial state must be a pair (h0, c0)")
+        if isinstance(x, PackedSequence):
+            return run_packed(self, x, hx)
         n = self._batch(x)
         states = None
         if hx is not None:
@@ -349,6 +355,8 @@ class GRU(_RNNBase):
     mode = "gru"
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        if isinstance(x, PackedSequence):
+            return run_packed(self, x, h0)
         h0 = self._check_state("h0", h0, self._batch(x))
         out, (h_n,) = self._run(x, [h0])
         return out, h_n
@@ -365,7 +373,7 @@ class _CellBase(Module):
         bias: bool = True,
         *,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
         device=None,
     ) -> None:
         super().__init__()
@@ -376,12 +384,12 @@ class _CellBase(Module):
         if device is not None and str(device) != "cpu":
             raise ValueError(f"{name}: tapegrad runs on the CPU; got device {device!r}")
         G, H = _GATES[self.mode], self.hidden_size
-        self.weight_ih = Parameter(np.empty((G * H, self.input_size), dtype=dtype))
-        self.weight_hh = Parameter(np.empty((G * H, H), dtype=dtype))
+        self.weight_ih = Parameter(np.empty((G * H, self.input_size), dtype=float_dtype(dtype)))
+        self.weight_hh = Parameter(np.empty((G * H, H), dtype=float_dtype(dtype)))
         _gate_blocks_init(self.weight_ih, G, H, rng)
         _gate_blocks_init(self.weight_hh, G, H, rng)
-        self.bias_ih = Parameter(np.zeros(G * H, dtype=dtype)) if self.bias else None
-        self.bias_hh = Parameter(np.zeros(G * H, dtype=dtype)) if self.bias else None
+        self.bias_ih = Parameter(np.zeros(G * H, dtype=float_dtype(dtype))) if self.bias else None
+        self.bias_hh = Parameter(np.zeros(G * H, dtype=float_dtype(dtype))) if self.bias else None
 
     def _zeros(self, x) -> np.ndarray:
         """A zero state for ``x`` (as PyTorch's cells start: ``weight_hh`` then gets its zero
@@ -422,7 +430,7 @@ class RNNCell(_CellBase):
         nonlinearity: str = "tanh",
         *,
         rng: np.random.Generator | None = None,
-        dtype=np.float32,
+        dtype=None,
         device=None,
     ) -> None:
         if nonlinearity not in ("tanh", "relu"):

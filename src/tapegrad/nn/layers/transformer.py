@@ -42,7 +42,7 @@ class TransformerEncoderLayer(Module):
         norm_first: bool = False,
         bias: bool = True,
         device=None,
-        dtype=np.float32,
+        dtype=None,
         *,
         rng: np.random.Generator | None = None,
     ) -> None:

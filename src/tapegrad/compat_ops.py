@@ -1,0 +1,222 @@
+"""PyTorch's other top-level functions that training programs call, composed from tapegrad's
+operations (so differentiable where PyTorch's are, and replayed by compiled steps):
+``clamp``, ``unsqueeze``, ``randperm``, ``empty``, ``mm``, ``mv``, ``dot``, ``outer``,
+``amax``/``amin``, ``movedim``, ``swapaxes``, ``ravel``, ``vstack``/``hstack``,
+``nan_to_num``, ``count_nonzero``, ``logit``, ``var_mean``, ``allclose``, ``bernoulli``,
+``normal``, and the constants ``inf``, ``nan``, ``pi``, ``e``. Re-exported by
+``tapegrad/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import nn
+from .autodiff import ops
+from .autodiff.backend import float_dtype
+from .autodiff.errors import ShapeError
+from .autodiff.tensor import Tensor
+from .autodiff.tensor_torch import narrow, t  # noqa: F401  (also functions in PyTorch)
+
+inf, nan, pi, e = math.inf, math.nan, math.pi, math.e
+Size = tuple  # a tensor's shape is a tuple; torch.Size(...) builds one
+
+
+def _t(x) -> Tensor:
+    return x if isinstance(x, Tensor) else Tensor(x)
+
+
+def clamp(x, min=None, max=None) -> Tensor:  # noqa: A002  (PyTorch's names)
+    """``x`` limited to ``[min, max]`` (either may be None)."""
+    return ops.clip(x, min, max)
+
+
+def clamp_min(x, min) -> Tensor:  # noqa: A002
+    return ops.clip(x, min, None)
+
+
+def clamp_max(x, max) -> Tensor:  # noqa: A002
+    return ops.clip(x, None, max)
+
+
+def unsqueeze(x, dim: int) -> Tensor:
+    return ops.expand_dims(x, dim)
+
+
+def randperm(n: int, *, generator=None, dtype=np.int64, device=None) -> Tensor:
+    """A random permutation of ``0..n-1`` (int64), drawn from ``generator`` (default:
+    ``nn.init``'s generator); a compiled step draws a new one on every call."""
+    gen = generator if generator is not None else nn.init.default_generator()
+    u = ops.random_draw(shape=(int(n),), dtype=np.float64, dist="uniform", rng=gen)
+    perm = ops.argsort(u)
+    return perm if np.dtype(dtype) == np.int64 else perm.to(dtype)
+
+
+def empty(*shape, dtype=None, requires_grad: bool = False, device=None) -> Tensor:
+    """A tensor of ``shape`` (zeros: tapegrad never hands out uninitialised memory)."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    data = np.zeros(tuple(int(s) for s in shape), dtype=float_dtype(dtype))
+    return Tensor(data, requires_grad=requires_grad, device=device)
+
+
+def empty_like(x, dtype=None, requires_grad: bool = False) -> Tensor:
+    from .creation import zeros_like
+
+    return zeros_like(x, dtype=dtype, requires_grad=requires_grad)
+
+
+def _check_rank(op: str, pairs) -> None:
+    for x, rank in pairs:
+        if _t(x).ndim != rank:
+            shapes = [tuple(_t(a).shape) for a, _ in pairs]
+            raise ShapeError(
+                f"{op}: expects {[r for _, r in pairs]}-d tensors, got shapes {shapes}"
+            )
+
+
+def mm(a, b) -> Tensor:
+    """Matrix product of two 2-d tensors."""
+    _check_rank("mm", [(a, 2), (b, 2)])
+    return ops.matmul(a, b)
+
+
+def mv(a, v) -> Tensor:
+    """Matrix-vector product."""
+    _check_rank("mv", [(a, 2), (v, 1)])
+    return ops.matmul(a, v)
+
+
+def dot(a, b) -> Tensor:
+    """Inner product of two 1-d tensors."""
+    _check_rank("dot", [(a, 1), (b, 1)])
+    return ops.sum(_t(a) * b)
+
+
+def outer(a, b) -> Tensor:
+    """``a[i] * b[j]`` of two 1-d tensors."""
+    _check_rank("outer", [(a, 1), (b, 1)])
+    return ops.reshape(a, (-1, 1)) * ops.reshape(b, (1, -1))
+
+
+ger = outer
+
+
+def amax(x, dim=None, keepdim: bool = False) -> Tensor:
+    """The maximum over ``dim`` (an int or a tuple; all axes when None)."""
+    return ops.max(x, dim, keepdim)
+
+
+def amin(x, dim=None, keepdim: bool = False) -> Tensor:
+    return ops.min(x, dim, keepdim)
+
+
+def movedim(x, source, destination) -> Tensor:
+    """Move axes ``source`` to positions ``destination`` (ints or sequences of them)."""
+    x = _t(x)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    n = x.ndim
+    src, dst = [s % n for s in src], [d % n for d in dst]
+    if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError(f"movedim: source {source} and destination {destination} do not match")
+    order = [i for i in range(n) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return ops.permute(x, tuple(order))
+
+
+moveaxis = movedim
+
+
+def swapaxes(x, axis0: int, axis1: int) -> Tensor:
+    return _t(x).transpose(axis0, axis1)
+
+
+swapdims = swapaxes
+
+
+def ravel(x) -> Tensor:
+    return ops.reshape(x, (-1,))
+
+
+def vstack(tensors) -> Tensor:
+    """Stack along the first axis (1-d tensors become rows)."""
+    return ops.cat([t if _t(t).ndim > 1 else ops.reshape(t, (1, -1)) for t in tensors], 0)
+
+
+def hstack(tensors) -> Tensor:
+    """Join along the second axis (along the first for 1-d tensors)."""
+    tensors = list(tensors)
+    return ops.cat(tensors, 0 if _t(tensors[0]).ndim == 1 else 1)
+
+
+def nan_to_num(x, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
+    """NaNs to ``nan``, infinities to ``posinf``/``neginf`` (default: the dtype's extremes)."""
+    x = _t(x)
+    big = np.finfo(x.dtype).max if x.dtype.kind == "f" else None
+    posinf = big if posinf is None else posinf
+    neginf = -big if neginf is None else neginf
+
+    def const(v):
+        return Tensor(np.asarray(v, dtype=x.dtype))
+
+    y = ops.where(ops.isnan(x), const(nan), x)
+    y = ops.where(ops.isinf(x) & (x > 0), const(posinf), y)
+    return ops.where(ops.isinf(x) & (x < 0), const(neginf), y)
+
+
+def count_nonzero(x, dim=None) -> Tensor:
+    """How many entries (over ``dim``) are nonzero; int64."""
+    return ops.sum(ops.astype(_t(x) != 0, np.int64), dim)
+
+
+def logit(x, eps: float | None = None) -> Tensor:
+    """``log(x / (1 - x))``, with ``x`` first clamped to ``[eps, 1 - eps]`` when given."""
+    x = _t(x) if eps is None else ops.clip(x, eps, 1 - eps)
+    return ops.log(x / (1 - x))
+
+
+def var_mean(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
+    """``(var, mean)`` over ``dim``."""
+    if unbiased is not None:
+        correction = int(bool(unbiased))
+    return ops.var(x, dim, correction, keepdim), ops.mean(x, dim, keepdim)
+
+
+def allclose(a, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    """Whether every entry of ``a`` is close to ``b`` (a Python bool, as in PyTorch)."""
+    return bool(ops.all(ops.isclose(_t(a), b, rtol=rtol, atol=atol, equal_nan=equal_nan)).item())
+
+
+def bernoulli(p, *, generator=None) -> Tensor:
+    """1 with probability ``p`` (entrywise), else 0, in ``p``'s dtype; not differentiable."""
+    p = _t(p)
+    gen = generator if generator is not None else nn.init.default_generator()
+    u = ops.random_draw(shape=tuple(p.shape), dtype=p.dtype.type, dist="uniform", rng=gen)
+    return ops.astype(u < p.detach(), p.dtype)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None) -> Tensor:
+    """Samples ``mean + std * N(0, 1)``: of ``size`` for numbers, else of the broadcast shape of
+    the tensors ``mean`` and ``std`` (differentiable in them)."""
+    gen = generator if generator is not None else nn.init.default_generator()
+    if size is None:
+        shape = np.broadcast_shapes(np.shape(getattr(mean, "data", mean)),
+                                    np.shape(getattr(std, "data", std)))  # fmt: skip
+    else:
+        shape = tuple(size)
+    like = mean if isinstance(mean, Tensor) else std if isinstance(std, Tensor) else None
+    dtype = like.dtype if like is not None else float_dtype(None)
+    z = ops.random_draw(shape=tuple(shape), dtype=np.dtype(dtype).type, dist="normal", rng=gen)
+    return z * std + mean
+
+
+__all__ = [
+    "inf", "nan", "pi", "e", "Size", "clamp", "clamp_min", "clamp_max", "unsqueeze",
+    "randperm", "empty", "empty_like", "mm", "mv", "dot", "outer", "ger", "amax", "amin",
+    "movedim", "moveaxis", "swapaxes", "swapdims", "ravel", "vstack", "hstack", "nan_to_num",
+    "count_nonzero", "logit", "var_mean", "allclose", "bernoulli", "normal", "narrow", "t",
+]  # fmt: skip
