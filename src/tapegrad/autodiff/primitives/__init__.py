@@ -1,6 +1,7 @@
 """Importing this package registers every primitive family in ``registry.REGISTRY``."""
 
 from . import (  # noqa: F401
+    activation,
     conv,
     device,
     einsum,

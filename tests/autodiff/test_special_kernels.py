@@ -1,0 +1,89 @@
+"""The erf and exact-GELU kernels against Python's ``math.erf`` (float64: the same bits; float32:
+within one unit in the last place of the correctly rounded value), the threaded loops against
+the serial ones, and GELU against PyTorch on a large array."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import tapegrad as tg
+from tapegrad.autodiff.kernels import special
+from tapegrad.nn import functional as F
+
+
+def _grid():
+    # dense over the range that matters, the tails and the special values
+    x = np.concatenate([np.linspace(-16, 16, 200_001), [0.0, -0.0, 1e-30, -1e-30, 40.0, -40.0]])
+    return x
+
+
+def test_erf_float64_is_pythons_math_erf():
+    x = _grid()
+    out = np.empty_like(x)
+    special.erf(x, out)
+    np.testing.assert_array_equal(out, [math.erf(v) for v in x])
+
+
+def _ulps(got, want64):
+    """|got - want| in float32 ulps of the correctly rounded ``want``; results below the
+    smallest normal number count against its magnitude (they may flush to zero)."""
+    tiny = np.finfo(np.float32).tiny
+    spacing = np.spacing(np.abs(want64.astype(np.float32))).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want64) / np.where(np.abs(want64) < tiny, tiny, spacing)
+
+
+def test_gelu_float32_within_one_ulp_of_correctly_rounded():
+    x64 = _grid()
+    x = x64.astype(np.float32)
+    xw = x.astype(np.float64)  # the float32 inputs, exactly
+    # Phi through erfc: 1 + erf(x / sqrt(2)) cancels to 0 in float64 below x = -8.3, where
+    # the float32 kernel still resolves x * Phi(x) (it works with the tail Phi(-|x|) directly)
+    cdf = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in xw])
+    want = xw * cdf
+    g = np.linspace(-2, 2, x.size).astype(np.float32)
+    want_grad = g * (cdf + xw * np.exp(-0.5 * xw * xw) / math.sqrt(2 * math.pi))
+    out, grad = np.empty_like(x), np.empty_like(x)
+    special.gelu_forward(x, out)
+    special.gelu_backward(g, x, grad)
+    assert _ulps(out, want).max() <= 1.0
+    assert _ulps(grad, want_grad).max() <= 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_threaded_loops_equal_serial(dtype):
+    x = np.random.default_rng(0).normal(size=(1 << 17) + 3).astype(dtype) * 4
+    g = np.random.default_rng(1).normal(size=x.size).astype(dtype)
+    kind = "gelu32" if dtype == np.float32 else "gelu"
+    for name, args in [("erf", (x,)), (kind, (x,)), (kind + "_grad", (g, x))]:
+        serial, threaded = np.empty_like(x), np.empty_like(x)
+        special._SERIAL[name](*args, serial, 0, x.size)
+        special._PARALLEL[name](*args, threaded)
+        np.testing.assert_array_equal(serial, threaded, err_msg=name)
+
+
+# float64 atol: 1 + erf(x / sqrt(2)) cancels for negative x in both libraries, which round it in
+# different orders (differences of a few 1e-16 there, as large relative to a tiny result);
+# float32: test_math_ops' tolerances (PyTorch's float32 backward rounds Phi(x) + x phi(x) in
+# float32, ~1e-6 off near x = -0.75 where the sum cancels; these kernels sum in float64)
+@pytest.mark.parametrize("dtype,rtol,atol", [(np.float64, 1e-14, 1e-15), (np.float32, 2e-5, 2e-6)])
+def test_gelu_matches_torch_on_a_large_array(dtype, rtol, atol):
+    x0 = (np.random.default_rng(2).normal(size=(256, 1024)) * 3).astype(dtype)
+    w = np.random.default_rng(3).normal(size=x0.shape).astype(dtype)
+    x = tg.tensor(x0, requires_grad=True)
+    y = F.gelu(x)
+    (y * tg.tensor(w)).sum().backward()
+    tx = torch.tensor(x0, requires_grad=True)
+    ty = torch.nn.functional.gelu(tx)
+    ty.backward(torch.tensor(w))
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(x.grad, tx.grad.numpy(), rtol=rtol, atol=atol)
+
+
+def test_gelu_on_strided_and_integer_input():
+    x = np.arange(-6, 6, dtype=np.float64).reshape(3, 4)
+    want = x * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x.ravel()]).reshape(3, 4)) / 2
+    np.testing.assert_allclose(F.gelu(tg.tensor(x.T)).data, want.T, rtol=1e-15)
+    np.testing.assert_allclose(tg.erf(tg.tensor(x[:, ::2])).data, np.vectorize(math.erf)(x[:, ::2]))
+    assert F.gelu(tg.tensor(np.arange(3))).dtype.kind == "f"
