@@ -127,32 +127,37 @@ if numba is not None:
 
     @_jit
     def _gelu32_range(x, out, lo, hi):  # pragma: no cover - compiled
-        for i in range(lo, hi):
+        x, out = x[lo:hi], out[lo:hi]  # from 0 up: indices LLVM can vectorise over
+        for i in range(out.size):
             v = np.float64(x[i])
             tail, _ = _normal_tail(v)
             out[i] = v * (1.0 - tail if v > 0 else tail)
 
     @_jit
     def _gelu32_grad_range(g, x, out, lo, hi):  # pragma: no cover - compiled
-        for i in range(lo, hi):
+        g, x, out = g[lo:hi], x[lo:hi], out[lo:hi]
+        for i in range(out.size):
             v = np.float64(x[i])
             tail, pdf = _normal_tail(v)
             out[i] = np.float64(g[i]) * ((1.0 - tail if v > 0 else tail) + v * pdf)
 
     @_jit
     def _erf_range(x, out, lo, hi):  # pragma: no cover - compiled
-        for i in range(lo, hi):
+        x, out = x[lo:hi], out[lo:hi]  # from 0 up: indices LLVM can vectorise over
+        for i in range(out.size):
             out[i] = math.erf(np.float64(x[i]))
 
     @_jit
     def _gelu_range(x, out, lo, hi):  # pragma: no cover - compiled
-        for i in range(lo, hi):
+        x, out = x[lo:hi], out[lo:hi]  # from 0 up: indices LLVM can vectorise over
+        for i in range(out.size):
             v = np.float64(x[i])
             out[i] = 0.5 * v * (1.0 + math.erf(v * _INV_SQRT2))
 
     @_jit
     def _gelu_grad_range(g, x, out, lo, hi):  # pragma: no cover - compiled
-        for i in range(lo, hi):
+        g, x, out = g[lo:hi], x[lo:hi], out[lo:hi]
+        for i in range(out.size):
             v = np.float64(x[i])
             cdf = 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
             out[i] = np.float64(g[i]) * (cdf + v * (_INV_SQRT_2PI * math.exp(-0.5 * v * v)))
