@@ -92,37 +92,25 @@ if numba is not None:
         z = abs(v) * _INV_SQRT2
         zc = min(z, 10.0)
         s = zc * zc * (-1.0 / 256.0)  # exp(s), |s| <= 0.39, Taylor to degree 12
-        e = 1.0 / 479001600.0
-        e = e * s + 1.0 / 39916800.0
-        e = e * s + 1.0 / 3628800.0
-        e = e * s + 1.0 / 362880.0
-        e = e * s + 1.0 / 40320.0
-        e = e * s + 1.0 / 5040.0
-        e = e * s + 1.0 / 720.0
-        e = e * s + 1.0 / 120.0
-        e = e * s + 1.0 / 24.0
-        e = e * s + 1.0 / 6.0
-        e = e * s + 0.5
-        e = e * s + 1.0
-        e = e * s + 1.0
+        s2 = s * s  # both polynomials by Estrin's scheme: short dependency chains
+        s4 = s2 * s2
+        q0 = (1.0 + s) + s2 * (0.5 + s * (1.0 / 6.0))
+        q1 = (1.0 / 24.0 + s * (1.0 / 120.0)) + s2 * (1.0 / 720.0 + s * (1.0 / 5040.0))
+        q2 = (1.0 / 40320.0 + s * (1.0 / 362880.0)) + s2 * (
+            1.0 / 3628800.0 + s * (1.0 / 39916800.0)
+        )
+        e = (q0 + s4 * q1) + (s4 * s4) * (q2 + s4 * (1.0 / 479001600.0))
         for _ in range(8):
             e = e * e
         e = 0.0 if z > 10.0 else e  # exp(-z^2), 0 past float32's range
         t = 1.0 / (1.0 + 0.3 * zc)
         u = t * (8.0 / 3.0) - 5.0 / 3.0
-        h = c12
-        h = h * u + c11
-        h = h * u + c10
-        h = h * u + c9
-        h = h * u + c8
-        h = h * u + c7
-        h = h * u + c6
-        h = h * u + c5
-        h = h * u + c4
-        h = h * u + c3
-        h = h * u + c2
-        h = h * u + c1
-        h = h * u + c0
+        u2 = u * u
+        u4 = u2 * u2
+        h0 = (c0 + u * c1) + u2 * (c2 + u * c3)
+        h1 = (c4 + u * c5) + u2 * (c6 + u * c7)
+        h2 = (c8 + u * c9) + u2 * (c10 + u * c11)
+        h = (h0 + u4 * h1) + (u4 * u4) * (h2 + u4 * c12)
         return 0.5 * e * t * h, e * _INV_SQRT_2PI
 
     @_jit
