@@ -36,6 +36,7 @@ MORE = [
     "conv2d",
     "cumprod",
     "cumsum",
+    "layer_norm",
     "log_softmax",
     "logcumsumexp",
     "logsumexp",

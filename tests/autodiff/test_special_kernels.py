@@ -1,6 +1,7 @@
-"""The erf and exact-GELU kernels against Python's ``math.erf`` (float64: the same bits; float32:
-within one unit in the last place of the correctly rounded value), the threaded loops against
-the serial ones, and GELU against PyTorch on a large array."""
+"""The erf and exact-GELU kernels against Python's ``math.erf`` (float64: the same bits;
+float32: within one unit in the last place of the correctly rounded value), the threaded loops
+against the serial ones, GELU against PyTorch on a large array; the LayerNorm kernels against
+their references and PyTorch."""
 
 import math
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 import tapegrad as tg
-from tapegrad.autodiff.kernels import special
+from tapegrad.autodiff.kernels import norm, special
 from tapegrad.nn import functional as F
 
 
@@ -87,3 +88,57 @@ def test_gelu_on_strided_and_integer_input():
     np.testing.assert_allclose(F.gelu(tg.tensor(x.T)).data, want.T, rtol=1e-15)
     np.testing.assert_allclose(tg.erf(tg.tensor(x[:, ::2])).data, np.vectorize(math.erf)(x[:, ::2]))
     assert F.gelu(tg.tensor(np.arange(3))).dtype.kind == "f"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows,d", [(3, 5), (300, 128), (257, 7)])
+def test_layer_norm_kernels_match_reference_and_threads(dtype, rows, d):
+    rng = np.random.default_rng(4)
+    x = (rng.normal(size=(rows, d)) * 3 + 1).astype(dtype)
+    w, b = rng.normal(size=d).astype(dtype), rng.normal(size=d).astype(dtype)
+    g = rng.normal(size=(rows, d)).astype(dtype)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    outs = {}
+    for name, fwd in [
+        ("reference", norm.layer_norm_forward_reference),
+        ("serial", norm._forward_serial),
+        ("threaded", norm._forward_parallel),
+    ]:
+        y, mean, rstd = np.empty_like(x), np.empty(rows, dtype), np.empty(rows, dtype)
+        fwd(x, w, b, 1e-5, y, mean, rstd)
+        outs[name] = (y, mean, rstd)
+    for name in ("serial", "threaded"):
+        for got, want in zip(outs[name], outs["reference"]):
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    for got, want in zip(outs["serial"], outs["threaded"]):
+        np.testing.assert_array_equal(got, want)
+    _, mean, rstd = outs["serial"]
+    grads = {}
+    for name in ("serial", "threaded"):
+        gx = np.empty_like(x)
+        (norm._backward_serial if name == "serial" else norm._backward_parallel)(
+            g, x, w, mean, rstd, gx
+        )
+        grads[name] = gx
+    np.testing.assert_array_equal(grads["serial"], grads["threaded"])
+    want = [np.empty_like(x), np.empty(d, dtype), np.empty(d, dtype)]
+    norm.layer_norm_backward_reference(g, x, w, mean, rstd, *want)
+    got = [np.empty_like(x), np.empty(d, dtype), np.empty(d, dtype)]
+    norm.layer_norm_backward(g, x, w, mean, rstd, *got)
+    for a, c in zip(got, want):
+        np.testing.assert_allclose(a, c, rtol=tol * 10, atol=tol * 10)
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 16), (2, 3)])
+def test_layer_norm_matches_torch(shape):
+    rng = np.random.default_rng(5)
+    x0, w0, b0 = rng.normal(size=shape), rng.normal(size=shape[-1]), rng.normal(size=shape[-1])
+    cot = rng.normal(size=shape)
+    x, w, b = (tg.tensor(a, requires_grad=True) for a in (x0, w0, b0))
+    y = F.layer_norm(x, (shape[-1],), w, b)
+    (y * tg.tensor(cot)).sum().backward()
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x0, w0, b0))
+    ty = torch.nn.functional.layer_norm(tx, (shape[-1],), tw, tb)
+    ty.backward(torch.tensor(cot))
+    for got, want in [(y.data, ty), (x.grad, tx.grad), (w.grad, tw.grad), (b.grad, tb.grad)]:
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-12, atol=1e-12)

@@ -173,7 +173,7 @@ if numba is not None:
     def _launch(name: str, *arrays) -> None:
         flat = [a.reshape(-1) for a in arrays]
         n = flat[-1].size
-        if n >= _PARALLEL_MIN and numba.get_num_threads() > 1:
+        if numba.get_num_threads() > 1 and n >= _PARALLEL_MIN:
             _PARALLEL[name](*flat)
         else:
             _SERIAL[name](*flat, 0, n)

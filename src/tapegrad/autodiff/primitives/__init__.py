@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     linalg,
     movement,
     nn,
+    norm,
     pointwise,
     pool,
     recurrent,

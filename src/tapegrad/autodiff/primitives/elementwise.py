@@ -404,7 +404,7 @@ def _erf(x, out=None):
         return out
     own = _device_erf(x)
     if own is None:
-        host = _erf(np.ascontiguousarray(to_host(x)))
+        host = _erf(np.array(to_host(x), order="C"))  # (ascontiguousarray makes 0-d 1-d)
         own = copy_to_device(host, device_of(x))
     if out is None:
         return own
