@@ -49,6 +49,7 @@ MORE = [
     "prod",
     "relu_max_pool",
     "softmax",
+    "softmax_backward",
     "stack",
     "sum",
 ]

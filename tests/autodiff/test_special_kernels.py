@@ -142,3 +142,17 @@ def test_layer_norm_matches_torch(shape):
     ty.backward(torch.tensor(cot))
     for got, want in [(y.data, ty), (x.grad, tx.grad), (w.grad, tw.grad), (b.grad, tb.grad)]:
         np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_backward_kernel_matches_reference_and_threads(dtype):
+    rng = np.random.default_rng(6)
+    g = rng.normal(size=(300, 37)).astype(dtype)
+    y = rng.uniform(0.01, 1, size=(300, 37)).astype(dtype)
+    serial, threaded, want = (np.empty_like(y) for _ in range(3))
+    norm._softmax_backward_serial(g, y, serial)
+    norm._softmax_backward_parallel(g, y, threaded)
+    norm.softmax_backward_reference(g, y, want)
+    np.testing.assert_array_equal(serial, threaded)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(serial, want, rtol=tol, atol=tol)
