@@ -14,6 +14,7 @@ whose inputs carry indices into other inputs (backward kernels, gathers, scans' 
 are left out: tiling their arrays would make the indices inconsistent.
 """
 
+import gc
 import sys
 
 import numpy as np
@@ -83,12 +84,18 @@ class _Profile:
 
     def run(self, fn) -> tuple[int, int]:
         fn()  # warm: numba compiles, caches fill
+        # no cyclic collection inside: its callbacks (other tests register some) would add calls
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
         self.calls, self.blocks, self.base = 0, 0, sys.getallocatedblocks()
         sys.setprofile(self)
         try:
             fn()
         finally:
             sys.setprofile(None)
+            if was_enabled:
+                gc.enable()
         return self.calls, self.blocks
 
 
