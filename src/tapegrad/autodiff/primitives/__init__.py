@@ -1,6 +1,7 @@
 """Importing this package registers every primitive family in ``registry.REGISTRY``."""
 
 from . import (  # noqa: F401
+    activation,
     conv,
     device,
     einsum,
@@ -10,6 +11,7 @@ from . import (  # noqa: F401
     linalg,
     movement,
     nn,
+    norm,
     pointwise,
     pool,
     recurrent,

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..backend import copy_to_device, device_of, get_device, to_host, xp_of
 from ..kernels import add_channel_bias, select
+from ..kernels.special import erf as erf_kernel
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
 
@@ -383,20 +384,32 @@ arctanh = _math(
 )
 
 
-_erf_ufunc = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x):
-    # NumPy has no erf: Python's (correctly rounded in float64), one call per element. Exact
-    # GELU needs it; the tanh approximation is the fast form. A device's array module brings
-    # its own (CuPy: cupyx.scipy.special.erf), else the values go through the host.
-    if type(x) is not np.ndarray:
-        own = _device_erf(x)
-        if own is not None:
-            return own
-        host = np.asarray(_erf_ufunc(to_host(x)), dtype=np.float64).astype(x.dtype)
-        return copy_to_device(host, device_of(x))
-    return np.asarray(_erf_ufunc(x), dtype=np.float64).astype(x.dtype)
+def _erf(x, out=None):
+    # NumPy has no erf: CPU float arrays go through the compiled loop over the C library's erf
+    # (the function Python's math.erf calls: the same float64 bits). A device's array module
+    # brings its own (CuPy: cupyx.scipy.special.erf), else the values go through the host.
+    if type(x) is np.ndarray:
+        if x.dtype.kind != "f":
+            x = x.astype(np.float64)
+        if out is None or (type(out) is np.ndarray and out.dtype == x.dtype):
+            xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+            res = out if out is not None and out.flags.c_contiguous else np.empty_like(xc)
+            erf_kernel(xc, res)
+            if out is not None and res is not out:
+                np.copyto(out, res)
+                return out
+            return res
+        res = _erf(x)
+        out[...] = res
+        return out
+    own = _device_erf(x)
+    if own is None:
+        host = _erf(np.array(to_host(x), order="C"))  # (ascontiguousarray makes 0-d 1-d)
+        own = copy_to_device(host, device_of(x))
+    if out is None:
+        return own
+    out[...] = own
+    return out
 
 
 def _device_erf(x):
@@ -414,7 +427,7 @@ erf = _math(
     _erf,
     lambda x, out: (2 / math.sqrt(math.pi)) * run(exp, -(x * x)),
     lambda x: np.array([math.erf(v) for v in np.ravel(x)]).reshape(np.shape(x)),
-    doc="The error function (float64-exact, elementwise in Python: not a fast kernel).",
+    doc="The error function (a compiled loop over the C library's erf, as Python's math.erf).",
 )
 
 

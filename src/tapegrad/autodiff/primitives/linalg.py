@@ -46,6 +46,10 @@ def transposed_layout(b) -> bool:
 
 
 def _vjp_b(g, out, a, b):
+    if b.ndim == 2 and a.ndim >= 3:
+        # a weight broadcast over a batch: fold the batch into the rows, one GEMM with the
+        # batch in its inner dimension instead of a GEMM per matrix and a sum over the batch
+        a, g = a.reshape((-1, a.shape[-1])), g.reshape((-1, g.shape[-1]))
     if a.ndim == 2 and transposed_layout(b.data if hasattr(b, "requires_grad") else b):
         return _swap_last(run(matmul, _swap_last(g), a))  # (g^T a)^T: b's own layout
     a2, b2, g2 = _as_matrices(a, b, g)
@@ -81,7 +85,26 @@ def _matmul(a, b, out=None):
             f"first ({ka}) must equal the {'first' if b.ndim == 1 else 'second-to-last'}"
             f" dim of the second ({kb})"
         )
+    if b.ndim == 2 and a.ndim >= 3 and type(a) is np.ndarray:
+        return _folded(a, b, out)
     return np.matmul(a, b, out=out)
+
+
+def _folded(a, b, out):
+    """``a (..., M, K) @ b (K, N)`` as one ``(rows, K) @ (K, N)`` GEMM. NumPy's matmul runs a
+    GEMM per matrix of ``a`` (32 of (64, 128) @ (128, 512) took 1.7x PyTorch's time); one GEMM
+    over all rows runs at BLAS's full rate. ``a`` is copied first when its batch cannot be
+    merged as a view; the result is computed the same way whatever ``out`` is, so eager and
+    compiled values are the same bits."""
+    rows = a.reshape(-1, a.shape[-1])
+    shape = (*a.shape[:-1], b.shape[-1])
+    if out is None:
+        return np.matmul(rows, b).reshape(shape)
+    if type(out) is np.ndarray and out.flags.c_contiguous:
+        np.matmul(rows, b, out=out.reshape(-1, b.shape[-1]))
+        return out
+    np.copyto(out, np.matmul(rows, b).reshape(shape))
+    return out
 
 
 matmul = primitive(

@@ -11,6 +11,7 @@ import builtins
 import numpy as np
 
 from ..backend import expand_reduced, is_array, normalize_axis, xp_of
+from ..kernels.norm import softmax_backward as softmax_backward_rows
 from . import samples as S
 from .args import pick_axis
 from .elementwise import absolute, exp, power, sqrt
@@ -156,8 +157,54 @@ def _softmax_fwd(x, axis, out=None, ws=None):
 
 
 def _softmax_vjp(g, out, x, axis):
-    gs = g * out
-    return gs - out * run(_sum, gs, axis=axis, keepdims=True)
+    return run(softmax_backward, g, out, axis=axis)
+
+
+def _softmax_backward_fwd(g, y, axis, out=None):
+    """``y * (g - sum(g * y, axis))``: one compiled pass per row over the last axis of CPU
+    float arrays of one shape, array operations otherwise."""
+    if (
+        axis == y.ndim - 1
+        and type(g) is np.ndarray
+        and type(y) is np.ndarray
+        and g.shape == y.shape
+        and g.dtype == y.dtype
+        and y.dtype in (np.float32, np.float64)
+        and y.ndim
+    ):
+        res = np.empty(y.shape, y.dtype) if out is None or not out.flags.c_contiguous else out
+        gc, yc = np.ascontiguousarray(g), np.ascontiguousarray(y)
+        d = y.shape[-1]
+        softmax_backward_rows(gc.reshape(-1, d), yc.reshape(-1, d), res.reshape(-1, d))
+        if out is not None and res is not out:
+            np.copyto(out, res)
+            return out
+        return res
+    res = y * (g - (g * y).sum(axis=axis, keepdims=True))
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
+softmax_backward = primitive(
+    "softmax_backward",
+    _softmax_backward_fwd,
+    (
+        lambda gg, out, g, y, axis: run(softmax_backward, gg, y, axis=axis),
+        lambda gg, out, g, y, axis: (
+            gg * (g - run(_sum, g * y, axis=axis, keepdims=True))
+            - g * run(_sum, gg * y, axis=axis, keepdims=True)
+        ),
+    ),
+    reference=lambda g, y, axis: y * g - y * np.sum(g * y, axis=axis, keepdims=True),
+    samples=lambda rng: [
+        Sample((S.values(rng, s), S.values(rng, s, 0.1, 1.0)), {"axis": a})
+        for s, a in [((5,), 0), ((2, 3), 1), ((2, 3), 0), ((2, 3, 4), 1), ((3, 4), 1)]
+    ],
+    doc="softmax's VJP ``y * (g - sum(g * y))`` along one axis (one compiled pass per row "
+    "over the last axis); differentiable in both inputs.",
+)
 
 
 def _log_softmax_fwd(x, axis, out=None, ws=None):

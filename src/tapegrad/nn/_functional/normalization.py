@@ -16,6 +16,7 @@ import numpy as np
 from ...autodiff import ops
 from ...autodiff.errors import ShapeError
 from ...autodiff.graph import no_grad
+from ...autodiff.primitives.norm import layer_norm as _fused_layer_norm
 from ...autodiff.tensor import Tensor
 
 ArrayLike = Tensor | np.ndarray
@@ -118,6 +119,13 @@ def layer_norm(
     for name, v in (("weight", weight), ("bias", bias)):
         if v is not None and tuple(v.shape) != shape:
             raise ShapeError(f"layer_norm: {name} must have shape {shape}, got {tuple(v.shape)}")
+    if weight is not None and bias is not None:  # the fused primitive, over one merged axis
+        d = int(np.prod(shape, dtype=np.int64))
+        lead = tuple(x.shape[: x.ndim - k])
+        flat = (lambda t: ops.reshape(t, (d,))) if k > 1 else (lambda t: t)
+        xf = ops.reshape(x, (*lead, d)) if k > 1 else x
+        y = _fused_layer_norm(xf, flat(_t(weight)), flat(_t(bias)), eps=float(eps))
+        return ops.reshape(y, x.shape) if k > 1 else y
     axes = tuple(range(x.ndim - k, x.ndim))
     mean = ops.mean(x, axis=axes, keepdims=True)
     centred = x - mean

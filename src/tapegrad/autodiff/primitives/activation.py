@@ -1,0 +1,106 @@
+"""Activations as single primitives with compiled kernels: exact GELU.
+
+``gelu(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))`` in one pass (``kernels/special.py``)
+where the composed form reads and writes the array five times and keeps four temporaries for
+its backward pass. Its VJP is ``gelu_backward(g, x) = g * gelu'(x)``, itself a primitive whose
+rule is written with primitives (``gelu''(x) = phi(x) * (2 - x^2)``), so higher derivatives
+work as for any composed function.
+
+CPU float arrays go through the compiled kernels; other arrays (a device's, integer ones) use the
+same formula in array operations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend import xp_of
+from ..kernels import special
+from . import samples as S
+from .elementwise import _erf, exp
+from .registry import Sample, primitive, run
+
+_INV_SQRT2 = 1 / math.sqrt(2)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def into_kernel(kernel, out, *arrays):
+    """Run ``kernel(*arrays, out)`` on C-contiguous operands: ``out`` when given (copied into
+    when it is not contiguous), else a new array. None when the operands are not CPU float
+    arrays of one shape and dtype (the caller then takes its array-operation path)."""
+    first = arrays[0]
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype != first.dtype or a.shape != first.shape:
+            return None
+    if first.dtype not in _FLOATS:
+        return None
+    if out is not None and (type(out) is not np.ndarray or out.dtype != first.dtype):
+        return None
+    arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+    target = out if out is not None and out.flags.c_contiguous else np.empty_like(arrays[0])
+    kernel(*arrays, target)
+    if out is not None and target is not out:
+        np.copyto(out, target)
+        return out
+    return target
+
+
+def _assign(out, value):
+    if out is None:
+        return value
+    out[...] = value
+    return out
+
+
+def _gelu_fwd(x, out=None):
+    res = into_kernel(special.gelu_forward, out, x)
+    if res is not None:
+        return res
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    return _assign(out, x * (_erf(x * _INV_SQRT2) + 1.0) * 0.5)
+
+
+def _gelu_backward_fwd(g, x, out=None):
+    res = into_kernel(special.gelu_backward, out, g, x)
+    if res is not None:
+        return res
+    cdf = (_erf(x * _INV_SQRT2) + 1.0) * 0.5
+    return _assign(out, g * (cdf + x * xp_of(x).exp(x * x * -0.5) * _INV_SQRT_2PI))
+
+
+def _erf_ref(x):
+    return np.array([math.erf(v) for v in np.ravel(x)]).reshape(np.shape(x))
+
+
+def _gelu_second(x):
+    """``gelu''(x) = phi(x) * (2 - x^2)``, with primitives (differentiable in turn)."""
+    return run(exp, x * x * -0.5) * _INV_SQRT_2PI * (2 - x * x)
+
+
+gelu_backward = primitive(
+    "gelu_backward",
+    _gelu_backward_fwd,
+    (
+        lambda gg, out, g, x: run(gelu_backward, gg, x),
+        lambda gg, out, g, x: gg * g * _gelu_second(x),
+    ),
+    reference=lambda g, x: (
+        g * ((1 + _erf_ref(x * _INV_SQRT2)) / 2 + x * np.exp(-x * x / 2) * _INV_SQRT_2PI)
+    ),
+    samples=S.binary(-4, 4, pairs=[((2, 3), (2, 3)), ((5,), (5,)), ((), ()), ((0, 3), (0, 3))]),
+    broadcasting=True,
+    doc="``g * gelu'(x)``: exact GELU's VJP in one pass.",
+)
+gelu = primitive(
+    "gelu",
+    _gelu_fwd,
+    (lambda g, out, x: run(gelu_backward, g, x),),
+    reference=lambda x: x * (1 + _erf_ref(x * _INV_SQRT2)) / 2,
+    samples=lambda rng: S.unary(-4, 4)(rng) + [Sample((S.values(rng, (3, 4), -9, 9),))],
+    broadcasting=True,
+    doc="Exact GELU ``0.5 * x * (1 + erf(x / sqrt(2)))`` in one compiled pass each way.",
+)
