@@ -143,9 +143,10 @@ def small_char_lm(monkeypatch):
 def test_train_char_lm_reports_train_and_validation_loss(
     mode, small_char_lm, real_data, tmp_path, capsys
 ):
-    out = tmp_path / "run.json"
+    out, saved = tmp_path / "run.json", tmp_path / "m.st"
     args = ["train", "char-lm", "--max-steps", "3", "--data-dir", str(real_data), *mode]
-    assert main([*args, "--json", str(out), "--csv", str(tmp_path / "run.csv")]) == 0
+    args += ["--json", str(out), "--csv", str(tmp_path / "run.csv"), "--save", str(saved)]
+    assert main(args) == 0
     text = capsys.readouterr().out
     assert "train loss" in text and "val loss" in text and "16 validation windows" in text
     run = json.loads(out.read_text())
@@ -154,6 +155,12 @@ def test_train_char_lm_reports_train_and_validation_loss(
     assert epoch["test_accuracy"] is None and run["evaluated_on"] == "validation"
     assert 0 < epoch["test_loss"] < np.log(180)  # below a uniform guess
     assert run["weight_decay"] == 0.01 and run["optimizer"] == "adamw"
+    # the saved weights evaluate to the run's last validation loss
+    assert main(["evaluate", str(saved), "--data-dir", str(real_data)]) == 0
+    line = capsys.readouterr().out
+    assert (
+        f"char-lm on imdb-chars validation set (16 windows): loss {epoch['test_loss']:.4f}" in line
+    )
 
 
 def test_train_char_lm_resumes_to_the_uninterrupted_weights(small_char_lm, real_data, tmp_path):

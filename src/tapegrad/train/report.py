@@ -135,8 +135,8 @@ def plot(path, records: list[EpochRecord], title: str = "") -> None:
             ax[0, 1].plot(ep, [100 * (r.test_accuracy or 0) for r in records], "s--", label="test")
         ax[0, 1].set(title="accuracy (%)", xlabel="epoch")
         ax[0, 1].legend()
-    else:  # regression: no accuracy
-        ax[0, 1].set(title="accuracy: none (regression)", xlabel="epoch")
+    else:  # regression and language models: no accuracy
+        ax[0, 1].set(title="accuracy: none (loss only)", xlabel="epoch")
     colors = ["tab:orange" if r.first else "tab:blue" for r in records]
     ax[1, 0].bar(ep, [r.seconds for r in records], color=colors)
     ax[1, 0].set(title="time per epoch (s); orange: first epoch", xlabel="epoch")
