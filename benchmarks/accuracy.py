@@ -37,8 +37,16 @@ TARGETS: dict[str, tuple[float, str]] = {
     "text-cnn": (87.71, "87.71% (PyTorch in 004, 5 epochs)"),
     "text-cnn-learned": (86.9, "86.9% (003's own, 5 epochs)"),
     "mlp": (97.0, "97% (tapegrad's own; no seed figure)"),
+    "resnet": (99.0, "99% (tapegrad's own; no seed figure)"),
+    # a language model has no accuracy: its row gives the validation loss, with no target
+    "char-lm": (None, "- (validation loss, nats per character)"),
 }
-DATA = {"mnist": "MNIST", "fashion-mnist": "Fashion-MNIST", "imdb": "IMDB 25k/25k"}
+DATA = {
+    "mnist": "MNIST",
+    "fashion-mnist": "Fashion-MNIST",
+    "imdb": "IMDB 25k/25k",
+    "imdb-chars": "IMDB characters",
+}
 BEGIN, END = "<!-- accuracy-table -->", "<!-- /accuracy-table -->"
 HEADER = (
     "| preset | data, epochs | test accuracy, mean over seeds 0-2 [range] | target "
@@ -59,6 +67,7 @@ def run(name: str, seed: int, data_dir=None) -> dict:
     return {
         "seed": seed,
         "test_accuracy": [r.test_accuracy for r in records],
+        "test_loss": [r.test_loss for r in records],
         "seconds": time.perf_counter() - t0,
     }
 
@@ -66,11 +75,18 @@ def run(name: str, seed: int, data_dir=None) -> dict:
 def row(name: str, runs: list[dict]) -> str:
     """README's markdown row for preset ``name`` from its runs (final-epoch accuracies)."""
     preset = get_preset(name)
+    data = f"{DATA.get(preset.dataset, preset.dataset)}, {preset.epochs}"
+    target, source = TARGETS.get(name, (None, "-"))
+    if preset.task == "language-model":
+        losses = [r["test_loss"][-1] for r in runs]
+        mean = sum(losses) / len(losses)
+        return (
+            f"| `{name}` | {data} | validation loss **{mean:.3f}** "
+            f"[{min(losses):.3f}-{max(losses):.3f}] | {source} | - |"
+        )
     final = [100 * r["test_accuracy"][-1] for r in runs]
     mean = sum(final) / len(final)
-    target, source = TARGETS.get(name, (None, "-"))
     met = "-" if target is None else ("yes" if round(mean, 2) >= target else "**no**")
-    data = f"{DATA.get(preset.dataset, preset.dataset)}, {preset.epochs}"
     return (
         f"| `{name}` | {data} | **{mean:.2f}%** [{min(final):.2f}-{max(final):.2f}] "
         f"| {source} | {met} |"
@@ -103,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             r = run(name, seed, args.data_dir)
             results[name].append(r)
-            curve = " ".join(f"{100 * a:.2f}" for a in r["test_accuracy"])
+            curve = " ".join(
+                f"{100 * a:.2f}" if a is not None else f"loss {v:.3f}"
+                for a, v in zip(r["test_accuracy"], r["test_loss"], strict=True)
+            )
             print(f"{name} seed {seed}: {curve} ({r['seconds']:.0f} s)", flush=True)
     table = "\n".join([HEADER, *(row(n, results[n]) for n in names)])
     print(table)

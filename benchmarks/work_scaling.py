@@ -34,7 +34,8 @@ WIDTH = 4
 
 
 def default_cells() -> list[str]:
-    """Every seed workload at each batch size, then the wider models at the presets' batch."""
+    """Every workload (the seeds' and the general ones) at each batch size, then the wider
+    models at the presets' batch."""
     cells = [f"{w}@{b}" for w in WORKLOADS for b in BATCHES]
     return cells + [f"{w}@100x{WIDTH}" for w in WIDENABLE]
 

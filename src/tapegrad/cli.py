@@ -211,15 +211,18 @@ def _scheduler_spec(args, epochs: int) -> dict | None:
 
 
 def _settings(args, preset, dataset: str, epochs: int, **known) -> dict:
-    from .train.experiment import run_config
+    from .train.experiment import optimizer_settings, run_config
 
+    optimizer, momentum, weight_decay = optimizer_settings(
+        preset, args.optimizer, args.momentum, args.weight_decay
+    )
     return run_config(
         preset.name,
         dataset,
-        optimizer=args.optimizer or preset.optimizer,
+        optimizer=optimizer,
         lr=args.lr or preset.lr,
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
+        momentum=momentum,
+        weight_decay=weight_decay,
         scheduler=_scheduler_spec(args, epochs),
         batch_size=args.batch_size or preset.batch_size,
         seed=args.seed,
@@ -347,7 +350,7 @@ def cmd_train(args) -> int:
     except ValueError as e:
         raise UserError(str(e).splitlines()[0]) from None
     ds, model = exp.data, exp.model
-    n_train = len(ds.train.y)
+    n_train = len(ds.train)
     asked = args.batch_size or preset.batch_size
     batch_size = min(asked, n_train)
     steps_per_epoch = -(-n_train // batch_size)
@@ -357,10 +360,10 @@ def cmd_train(args) -> int:
     )
     n_params = sum(p.data.size for p in model.parameters())
     extras = ""
-    if args.momentum:
-        extras += f", momentum {args.momentum:g}"
-    if args.weight_decay:
-        extras += f", weight decay {args.weight_decay:g}"
+    if exp.momentum:
+        extras += f", momentum {exp.momentum:g}"
+    if exp.weight_decay:
+        extras += f", weight decay {exp.weight_decay:g}"
     if spec is not None:
         extras += f", {_describe_schedule(spec)}"
     batch = f"batch {batch_size}"
@@ -370,10 +373,17 @@ def cmd_train(args) -> int:
     n = _threads()
     ranks = f", {comm.size} ranks x {n} thread{'s' if n > 1 else ''}" if comm.distributed else ""
     on = f", on {device.name}" if device is not None else ""
+    if exp.task == "language-model":
+        sizes = (
+            f"{n_train} windows of {ds.train.context} characters an epoch / "
+            f"{len(ds.test.y)} validation windows"
+        )
+    else:
+        sizes = f"{n_train} train / {len(ds.test.y)} test samples"
     say(
-        f"{preset.name} on {exp.dataset}{task}: {n_train} train / {len(ds.test.y)} test "
-        f"samples, {n_params} parameters, {exp.optimizer_name} lr {exp.lr:g}{extras}, "
-        f"{batch}, {epochs} epochs, seed {args.seed}{ranks}{on}"
+        f"{preset.name} on {exp.dataset}{task}: {sizes}, {n_params} parameters, "
+        f"{exp.optimizer_name} lr {exp.lr:g}{extras}, {batch}, {epochs} epochs, "
+        f"seed {args.seed}{ranks}{on}"
     )
     trainer = Trainer(
         model,
@@ -430,8 +440,9 @@ def cmd_train(args) -> int:
         "task": exp.task,
         "optimizer": exp.optimizer_name,
         "lr": exp.lr,
-        "momentum": args.momentum,
-        "weight_decay": args.weight_decay,
+        "momentum": exp.momentum,
+        "weight_decay": exp.weight_decay,
+        "evaluated_on": "validation" if exp.task == "language-model" else "test",
         "scheduler": spec,
         "batch_size": batch_size,
         "batch_size_asked": asked,
@@ -726,6 +737,12 @@ def cmd_evaluate(args) -> int:
     trainer = Trainer(model, optimizer=None, task=task, log=None, device=device)
     loss, acc = trainer.evaluate(ds.test.x, ds.test.y)
     shown = os.path.basename(dataset) if is_npz(dataset) else dataset
+    if task == "language-model":
+        print(
+            f"{preset.name} on {shown} validation set ({len(ds.test.y)} windows): "
+            f"loss {loss:.4f} nats per character"
+        )
+        return 0
     score = f"MSE {loss:.4f}" if acc is None else f"loss {loss:.4f}, accuracy {100 * acc:.2f}%"
     print(f"{preset.name} on {shown} test set ({len(ds.test.y)} samples): {score}")
     return 0
@@ -999,13 +1016,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=_POS_FLOAT, help="learning rate (default: the preset's)")
     t.add_argument("--optimizer", choices=OPTIMIZERS, help="optimiser (default: the preset's)")
     t.add_argument(
-        "--momentum", type=_NONNEG_FLOAT, default=0.0, help="sgd/rmsprop momentum (default: 0)"
+        "--momentum",
+        type=_NONNEG_FLOAT,
+        help="sgd/rmsprop momentum (default: the preset's with its optimiser, else 0)",
     )
     t.add_argument(
         "--weight-decay",
         type=_NONNEG_FLOAT,
-        default=0.0,
-        help="L2 penalty (adamw: decoupled) (default: 0)",
+        help="L2 penalty (adamw: decoupled) (default: the preset's with its optimiser, else 0)",
     )
     t.add_argument(
         "--scheduler",

@@ -18,9 +18,22 @@ seeds 0-2: ``python benchmarks/accuracy.py`` (README's table; experiments in
 - ``text-cnn-learned`` (IMDB): the same with an embedding drawn from N(0, 0.1^2).
 - ``mlp`` (MNIST): Flatten, Linear 784->128, ReLU, Linear 128->10. Adam 1e-3, batch 100, 5 epochs.
 
-Every preset's Linear and Conv layers say ``init="glorot"``: Xavier/Glorot uniform weights and
-zero biases, the seeds' initialisation (the presets' measured accuracies were taken with it),
-not the layers' default, which is PyTorch's.
+Every seed preset's Linear and Conv layers say ``init="glorot"``: Xavier/Glorot uniform weights
+and zero biases, the seeds' initialisation (the presets' measured accuracies were taken with
+it), not the layers' default, which is PyTorch's.
+
+Beside the seeds, two programs of the kind people train today (the benchmark's general
+workloads; their descriptions give the recipe):
+
+- ``char-lm`` (the characters of the IMDB reviews): a nanoGPT-style decoder, 4 pre-norm
+  blocks, d_model 128, 4 heads, context 64, exact-GELU MLP 4x, dropout 0.1, learned positions,
+  untied head. AdamW 1e-3 (weight decay 0.01), batch 32; an epoch is 200 steps of random
+  windows; train and validation loss, no accuracy.
+- ``resnet`` (MNIST): a stem conv and three stages of one BasicBlock each (16/32/64 channels,
+  BatchNorm2d, stride-2 downsampling with 1x1 projection shortcuts), AdaptiveAvgPool2d(1),
+  Linear 64->10. SGD 0.05, momentum 0.9, weight decay 5e-4, batch 100, 3 epochs.
+
+Their layers keep the layers' default initialisation (PyTorch's).
 """
 
 from __future__ import annotations
@@ -43,13 +56,17 @@ class Preset:
     description: str
     datasets: tuple[str, ...]
     build: Callable[..., nn.Module]
-    task: str  # "multiclass" (integer labels, cross-entropy) or "binary" (BCE with logits)
+    # "multiclass" (integer labels, cross-entropy), "binary" (BCE with logits) or
+    # "language-model" (a next-token id per position, cross-entropy; no accuracy)
+    task: str
     optimizer: str
     lr: float
     batch_size: int
     epochs: int
     needs_glove: bool = False
     extra: dict = field(default_factory=dict)
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
     @property
     def dataset(self) -> str:
@@ -135,6 +152,149 @@ def _mlp(rng, hidden: int = 128, inputs: int = 784, classes: int = 10, **_):
         nn.ReLU(),
         nn.Linear(hidden, classes, rng=rng, init="glorot"),
     )
+
+
+class _CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention: one Linear to queries, keys and values, the scaled
+    dot-product over the heads (query i sees positions 0..i), dropout on the attention
+    weights, an output Linear and dropout on its result."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float, rng):
+        super().__init__()
+        self.heads, self.dropout = heads, float(dropout)
+        self.qkv = nn.Linear(d_model, 3 * d_model, rng=rng)
+        self.proj = nn.Linear(d_model, d_model, rng=rng)
+        self.attn_rng = np.random.default_rng(rng.integers(2**63))
+        self.resid_dropout = nn.Dropout(dropout, rng=np.random.default_rng(rng.integers(2**63)))
+
+    def forward(self, x):
+        n, t, d = x.shape
+        qkv = self.qkv(x).reshape((n, t, 3, self.heads, d // self.heads))
+        q, k, v = qkv.permute((2, 0, 3, 1, 4)).unbind(0)  # each (n, heads, t, d / heads)
+        p = self.dropout if self.training else 0.0
+        y = nn.functional.scaled_dot_product_attention(
+            q, k, v, dropout_p=p, is_causal=True, rng=self.attn_rng
+        )
+        y = y.permute((0, 2, 1, 3)).reshape((n, t, d))
+        return self.resid_dropout(self.proj(y))
+
+
+class _Block(nn.Module):
+    """A pre-norm transformer block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))`` with an
+    exact-GELU MLP of 4 x d_model hidden units."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float, rng):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = _CausalSelfAttention(d_model, heads, dropout, rng)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, 4 * d_model, rng=rng)
+        self.proj = nn.Linear(4 * d_model, d_model, rng=rng)
+        self.drop = nn.Dropout(dropout, rng=np.random.default_rng(rng.integers(2**63)))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.drop(self.proj(nn.functional.gelu(self.fc(self.ln2(x)))))
+
+
+class CharLM(nn.Module):
+    """A nanoGPT-style character language model: token and learned position embeddings,
+    dropout, ``layers`` pre-norm blocks, a final LayerNorm and an untied Linear head (no bias)
+    to ``vocab_size`` scores per position. Input ``(N, T)`` ids with T <= ``context``, output
+    ``(N, T, vocab_size)``.
+
+    Initialisation as nanoGPT's: every Linear and embedding weight from N(0, 0.02^2), the
+    projections back into the residual stream from N(0, (0.02 / sqrt(2 layers))^2), zero biases;
+    dropout masks from generators drawn from the same ``rng``, so the seed fixes both."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        context: int = 64,
+        d_model: int = 128,
+        heads: int = 4,
+        layers: int = 4,
+        dropout: float = 0.1,
+        rng=None,
+    ):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"CharLM: d_model {d_model} is not a multiple of heads {heads}")
+        rng = rng if rng is not None else np.random.default_rng()
+        self.context = int(context)
+        self.tok = nn.Embedding(vocab_size, d_model, rng=rng)
+        self.pos = nn.Embedding(context, d_model, rng=rng)
+        self.drop = nn.Dropout(dropout, rng=np.random.default_rng(rng.integers(2**63)))
+        self.blocks = nn.Sequential(*(_Block(d_model, heads, dropout, rng) for _ in range(layers)))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False, rng=rng)
+        for name, p in self.named_parameters():
+            if name.endswith("weight") and p.ndim == 2:
+                std = 0.02 / np.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
+                p.data[...] = rng.normal(0.0, std, p.shape)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        if t > self.context:
+            raise ValueError(f"CharLM: a sequence of {t} exceeds the context of {self.context}")
+        x = self.drop(self.tok(idx) + self.pos(np.arange(t)))
+        return self.head(self.ln_f(self.blocks(x)))
+
+
+def _char_lm(
+    rng,
+    vocab_size: int,
+    context: int = 64,
+    dropout: float = 0.1,
+    *,
+    d_model: int = 128,
+    heads: int = 4,
+    layers: int = 4,
+    **_,
+):
+    return CharLM(vocab_size, context, d_model, heads, layers, dropout, rng=rng)
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: two 3x3 convolutions with BatchNorm2d, ReLU between and after the
+    sum with the shortcut, which is the identity or (stride or width change) a 1x1 strided
+    convolution with BatchNorm2d."""
+
+    def __init__(self, cin: int, cout: int, stride: int, rng):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False, rng=rng)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False, rng=rng)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride=stride, bias=False, rng=rng), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        out = self.bn1(self.conv1(x)).relu()
+        out = self.bn2(self.conv2(out))
+        return (out + (x if self.shortcut is None else self.shortcut(x))).relu()
+
+
+def _resnet(rng, classes: int = 10, widths=(16, 32, 64), blocks: int = 1, **_):
+    """A stem conv (3x3, widths[0], BatchNorm2d, ReLU), one stage per width of ``blocks``
+    BasicBlocks (every stage after the first halves the resolution), global average pooling
+    and a Linear layer to ``classes``."""
+    layers = [
+        nn.Reshape(1, 28, 28),
+        nn.Conv2d(1, widths[0], 3, padding=1, bias=False, rng=rng),
+        nn.BatchNorm2d(widths[0]),
+        nn.ReLU(),
+    ]
+    cin = widths[0]
+    for i, w in enumerate(widths):
+        for j in range(blocks):
+            layers.append(BasicBlock(cin, w, 2 if i > 0 and j == 0 else 1, rng))
+            cin = w
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes, rng=rng)]
+    return nn.Sequential(*layers)
 
 
 # The text presets' data: function words and out-of-vocabulary words left out of each review
@@ -241,6 +401,51 @@ PRESETS: dict[str, Preset] = {
             1e-3,
             100,
             5,
+        ),
+        Preset(
+            "char-lm",
+            "A nanoGPT-style character language model on the IMDB reviews' characters (one of "
+            "the benchmark's general workloads, not a seed paper's): 4 pre-norm blocks, d_model "
+            "128, 4 heads, context 64, MLP 4x with exact GELU, dropout 0.1 (embeddings, "
+            "attention weights, residual branches), causal attention, learned position "
+            "embeddings, untied output head, nanoGPT's N(0, 0.02^2) init. AdamW lr 1e-3 with "
+            "weight decay 0.01 on every parameter (PyTorch's AdamW default), batch 32 windows. "
+            "Data (tapegrad.data.imdb_chars): the training reviews' characters (180-character "
+            "vocabulary with the unknown id); an epoch is 200 steps, 6400 windows drawn at "
+            "random offsets by (seed, epoch), 0.4M characters or 1.3% of the text: there is no "
+            "natural epoch over 32M characters, and 200 steps keeps an epoch to minutes on two "
+            "cores, so the per-epoch validation loss is a learning curve and the bench can time "
+            "several steady epochs. Reported: train loss and validation loss (mean "
+            "cross-entropy in nats per character over 512 fixed windows of the test reviews); "
+            "no accuracy. Final figures not yet measured.",
+            ("imdb-chars",),
+            _char_lm,
+            "language-model",
+            "adamw",
+            1e-3,
+            32,
+            5,
+            extra={"context": 64, "windows": 6400, "val_windows": 512},
+            weight_decay=0.01,
+        ),
+        Preset(
+            "resnet",
+            "A small ResNet on MNIST (one of the benchmark's general workloads, not a seed "
+            "paper's): stem Conv2d 1->16 3x3 + BatchNorm2d + ReLU, three stages of one "
+            "BasicBlock each at widths 16/32/64 (two 3x3 convs with BatchNorm2d and ReLU; the "
+            "second and third stages downsample by stride 2 with 1x1 strided projection "
+            "shortcuts), AdaptiveAvgPool2d(1), Linear 64->10. SGD lr 0.05 with momentum 0.9 "
+            "and weight decay 5e-4 (the usual ResNet recipe, no schedule), batch 100, 3 "
+            "epochs. Test accuracy not yet measured.",
+            ("mnist", "fashion-mnist"),
+            _resnet,
+            "multiclass",
+            "sgd",
+            0.05,
+            100,
+            3,
+            momentum=0.9,
+            weight_decay=5e-4,
         ),
     ]
 }

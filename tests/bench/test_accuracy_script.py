@@ -47,3 +47,11 @@ def test_replace_table_rewrites_only_between_the_markers(accuracy):
 def test_unknown_preset_fails_before_training(accuracy):
     with pytest.raises(ValueError, match="unknown preset"):
         accuracy.main(["--presets", "no-such-preset", "--json", ""])
+
+
+def test_a_language_model_row_gives_its_validation_loss(accuracy):
+    runs = [{"test_accuracy": [None, None], "test_loss": [2.5, 1.9]}]
+    runs.append({"test_accuracy": [None], "test_loss": [2.1]})
+    row = accuracy.row("char-lm", runs)
+    assert row.startswith("| `char-lm` | IMDB characters, 5 | validation loss **2.000** ")
+    assert "[1.900-2.100]" in row and row.endswith("| - |")

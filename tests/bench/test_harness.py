@@ -117,6 +117,51 @@ def test_peer_architectures_match_tapegrad(preset):
         np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("preset", ["char-lm", "resnet"])
+def test_general_peer_architectures_match_tapegrad(preset):
+    """char-lm in evaluation mode (no dropout), resnet in training mode (batch statistics):
+    the PyTorch and JAX models compute tapegrad's logits from its weights."""
+    lm = preset == "char-lm"
+    model = build_model(preset, seed=3, **({"vocab_size": 40} if lm else {}))
+    model.train(not lm)
+    weights = {k: np.asarray(v).copy() for k, v in model.state_dict().items()}
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 40, size=(3, 64)) if lm else rng.random((5, 784), dtype=np.float32)
+    with tg.no_grad():
+        expected = model(tg.tensor(x)).data
+
+    import torch
+
+    from tapegrad.bench import torch_runner
+
+    tm = torch_runner.build(preset, weights)
+    torch_runner.load_tapegrad_weights(tm, weights)
+    tm.train(not lm)
+    with torch.no_grad():
+        got = tm(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-5)
+    if "jax" in PEERS:
+        from tapegrad.bench.jax_general import APPLY, split_buffers
+
+        params, buffers = split_buffers(weights)
+        got, _ = APPLY[preset](params, buffers, x, not lm, None)
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-4, atol=2e-5)
+
+
+def test_guard_compares_dropout_workloads_on_the_reference_loss_and_a_language_model_on_loss():
+    def lm(first, reference, val):
+        return {"first_loss": first, "reference_loss": reference, "test_accuracy": None,
+                "test_loss": val}  # fmt: skip
+
+    ok = {"tapegrad": lm(5.1, 5.19, 2.00), "torch": lm(5.3, 5.19, 2.04)}
+    assert check_agreement(ok, band_points=1.5) == []  # first losses differ: dropout
+    bad = {"tapegrad": lm(5.1, 5.19, 2.00), "torch": lm(5.1, 5.20, 2.10)}
+    failures = check_agreement(bad, band_points=1.5)
+    assert len(failures) == 2
+    assert "tapegrad 5.19 vs torch 5.2" in failures[0]
+    assert "tapegrad 2.0000 vs torch 2.1000" in failures[1] and "0.05-nat band" in failures[1]
+
+
 # -- the guard ------------------------------------------------------------------------------------
 def _summary(loss, acc):
     return {"first_loss": loss, "test_accuracy": acc}

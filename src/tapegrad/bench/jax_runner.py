@@ -1,7 +1,10 @@
 """JAX's side of a benchmark: the preset's architecture as a pure function of a parameter dict
 (tapegrad's names), one ``jax.jit``-compiled update step (``value_and_grad`` + the optimiser,
 parameters and optimiser state donated so XLA updates them in place). The optimiser is optax's
-``adam``/``sgd`` when optax is installed, else the same update written out by hand."""
+``adam``/``sgd`` when optax is installed, else the same update written out by hand; ``adamw``
+and SGD with momentum or weight decay (the general workloads') are optax's. The general
+workloads' forward passes are in :mod:`tapegrad.bench.jax_general` (BatchNorm buffers, dropout
+keys: a step's key is ``fold_in(key(seed), step)``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from .jax_general import APPLY, split_buffers
 
 try:  # noqa: SIM105
     import optax
@@ -74,8 +79,23 @@ def forward(preset: str):
     return table[preset]
 
 
-def _optimizer(name: str, lr: float):
+def _optimizer(name: str, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
     """``(init(params) -> state, update(grads, state, params) -> (params, state))``."""
+    if momentum or weight_decay or name == "adamw":
+        if optax is None:
+            raise ValueError(f"jax runner: {name} with momentum or weight decay needs optax")
+        if name == "adamw":
+            tx = optax.adamw(lr, weight_decay=weight_decay)
+        elif name == "sgd":  # PyTorch's SGD: the decay added to the gradient, then momentum
+            tx = optax.chain(optax.add_decayed_weights(weight_decay), optax.sgd(lr, momentum))
+        else:
+            raise ValueError(f"jax runner: optimizer {name!r} with these settings not wired")
+
+        def update_(grads, state, params):
+            updates, state = tx.update(grads, state, params)
+            return optax.apply_updates(params, updates), state
+
+        return tx.init, update_, f"optax.{name}"
     if optax is not None:
         tx = {"adam": optax.adam, "sgd": optax.sgd}.get(name)
         if tx is None:
@@ -120,39 +140,61 @@ class JaxRunner:
 
     def __init__(self, spec: dict, weights: dict[str, np.ndarray]):
         self.binary = spec["task"] == "binary"
-        f = forward(spec["preset"])
-        binary = self.binary
+        self.language_model = spec["task"] == "language-model"
+        preset = spec["preset"]
+        if preset in APPLY:
+            apply = APPLY[preset]
+        else:
+            f = forward(preset)
 
-        def loss_and_logits(params, x, y):
-            logits = f(params, x)
-            if binary:
+            def apply(params, buffers, x, train, key):
+                return f(params, x), buffers
+
+        binary, language_model = self.binary, self.language_model
+
+        def loss_and_logits(params, buffers, x, y, train=False, key=None):
+            logits, buffers = apply(params, buffers, x, train, key)
+            if language_model:
+                logp = jax.nn.log_softmax(logits.reshape(-1, logits.shape[-1]), axis=-1)
+                loss = -jnp.mean(jnp.take_along_axis(logp, y.reshape(-1, 1), axis=1))
+            elif binary:
                 z = logits.reshape(-1)
                 yf = y.astype(z.dtype)
                 loss = jnp.mean(jnp.maximum(z, 0) - z * yf + jnp.log1p(jnp.exp(-jnp.abs(z))))
             else:
                 logp = jax.nn.log_softmax(logits, axis=-1)
                 loss = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-            return loss, logits
+            return loss, (logits, buffers)
 
-        init, update, opt_name = _optimizer(spec["optimizer"], spec["lr"])
+        init, update, opt_name = _optimizer(
+            spec["optimizer"], spec["lr"], spec.get("momentum", 0.0), spec.get("weight_decay", 0.0)
+        )
+        base_key = jax.random.key(spec["seed"])
 
-        def train_step(params, state, x, y):
-            (loss, _), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(params, x, y)
+        def train_step(params, state, buffers, step, x, y):
+            key = jax.random.fold_in(base_key, step)
+            grad_fn = jax.value_and_grad(loss_and_logits, has_aux=True)
+            (loss, (_, buffers)), grads = grad_fn(params, buffers, x, y, True, key)
             params, state = update(grads, state, params)
-            return params, state, loss
+            return params, state, buffers, loss
 
-        def eval_step(params, x, y):
-            loss, logits = loss_and_logits(params, x, y)
-            if binary:
+        def eval_step(params, buffers, x, y):
+            loss, (logits, _) = loss_and_logits(params, buffers, x, y)
+            if language_model:
+                correct = jnp.zeros((), jnp.int32)
+            elif binary:
                 correct = jnp.sum((logits.reshape(-1) > 0) == (y > 0))
             else:
                 correct = jnp.sum(jnp.argmax(logits, axis=1) == y)
             return loss, correct
 
-        self._train = jax.jit(train_step, donate_argnums=(0, 1))
+        self._train = jax.jit(train_step, donate_argnums=(0, 1, 2))
         self._eval = jax.jit(eval_step)
-        self.params = {k: jnp.asarray(v) for k, v in weights.items()}
+        params, buffers = split_buffers(weights)
+        self.params = {k: jnp.asarray(v) for k, v in params.items()}
+        self.buffers = {k: jnp.asarray(v) for k, v in buffers.items()}
         self.state = init(self.params)
+        self.steps = 0
         self.notes = f"jax.jit(value_and_grad + {opt_name}), params donated"
 
     @staticmethod
@@ -160,22 +202,26 @@ class JaxRunner:
         return y.astype(np.int32, copy=False)
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        self.params, self.state, loss = self._train(self.params, self.state, x, self._y(y))
+        self.params, self.state, self.buffers, loss = self._train(
+            self.params, self.state, self.buffers, self.steps, x, self._y(y)
+        )
+        self.steps += 1
         return float(loss)
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float | None]:
         total, correct = 0.0, 0
         for lo in range(0, len(x), 1000):
             xb, yb = x[lo : lo + 1000], self._y(y[lo : lo + 1000])
-            loss, c = self._eval(self.params, xb, yb)
+            loss, c = self._eval(self.params, self.buffers, xb, yb)
             total += float(loss) * len(yb)
             correct += int(c)
-        return total / len(x), correct / len(x)
+        return total / len(x), (None if self.language_model else correct / len(x))
 
     def allocated(self, x: np.ndarray, y: np.ndarray) -> tuple[int | None, str]:
         """XLA's buffer assignment for the compiled step: temporaries plus outputs that do not
         reuse a donated input. Static (what the plan reserves), not traced at run time."""
-        compiled = self._train.lower(self.params, self.state, x, self._y(y)).compile()
+        args = (self.params, self.state, self.buffers, self.steps, x, self._y(y))
+        compiled = self._train.lower(*args).compile()
         stats = compiled.memory_analysis()
         if stats is None:
             return None, "n/a: this jaxlib reports no memory analysis"

@@ -63,35 +63,127 @@ def mlp(p, x):
     return h @ p["3.weight"].T + p["3.bias"]
 
 
+def layer_norm(p, name, x):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-5) * p[name + ".weight"] + p[name + ".bias"]
+
+
+def dropout(x, key):
+    if key is None:
+        return x
+    return jnp.where(jax.random.bernoulli(key, 0.9, x.shape), x / 0.9, 0.0)
+
+
+def linear(p, name, x):
+    return x @ p[name + ".weight"].T + p[name + ".bias"]
+
+
+def char_lm(p, state, x, key=None):
+    n, t = x.shape
+    layers = len({k.split(".")[1] for k in p if k.startswith("blocks.")})
+    keys = jax.random.split(key, 4 * layers + 1) if key is not None else [None] * (4 * layers + 1)
+    h = dropout(p["tok.weight"][x] + p["pos.weight"][:t], keys[-1])
+    d = h.shape[-1]
+    for i in range(layers):
+        b = f"blocks.{i}"
+        qkv = linear(p, b + ".attn.qkv", layer_norm(p, b + ".ln1", h))
+        q, k, v = qkv.reshape(n, t, 3, 4, d // 4).transpose(2, 0, 3, 1, 4)  # 4 heads
+        scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), q @ k.swapaxes(2, 3), -jnp.inf)
+        w = dropout(jax.nn.softmax(scores / jnp.sqrt(d // 4), axis=-1), keys[4 * i])
+        y = (w @ v).transpose(0, 2, 1, 3).reshape(n, t, d)
+        h = h + dropout(linear(p, b + ".attn.proj", y), keys[4 * i + 1])
+        m = jax.nn.gelu(linear(p, b + ".fc", layer_norm(p, b + ".ln2", h)), approximate=False)
+        h = h + dropout(linear(p, b + ".proj", m), keys[4 * i + 2])
+    return layer_norm(p, "ln_f", h) @ p["head.weight"].T, state
+
+
+def conv(x, w, stride, pad):
+    return lax.conv(x, w, (stride, stride), ((pad, pad), (pad, pad)))
+
+
+def batch_norm(p, state, name, x, train):
+    if not train:
+        mean, var = state[name + ".running_mean"], state[name + ".running_var"]
+    else:
+        mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3))
+        m = x.size // x.shape[1]
+        state[name + ".running_mean"] = 0.9 * state[name + ".running_mean"] + 0.1 * mean
+        state[name + ".running_var"] = 0.9 * state[name + ".running_var"] + 0.1 * var * m / (m - 1)
+    shape = (1, -1, 1, 1)
+    x = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-5)
+    return x * p[name + ".weight"].reshape(shape) + p[name + ".bias"].reshape(shape)
+
+
+def resnet(p, state, x, key=None):
+    train, state = key is not None, dict(state)
+    h = jax.nn.relu(
+        batch_norm(p, state, "2", conv(x.reshape(-1, 1, 28, 28), p["1.weight"], 1, 1), train)
+    )
+    for i in sorted({int(k.split(".")[0]) for k in p if ".conv1." in k}):
+        cout, cin = p[f"{i}.conv1.weight"].shape[:2]
+        stride = 1 if cout == cin else 2
+        out = jax.nn.relu(
+            batch_norm(p, state, f"{i}.bn1", conv(h, p[f"{i}.conv1.weight"], stride, 1), train)
+        )
+        out = batch_norm(p, state, f"{i}.bn2", conv(out, p[f"{i}.conv2.weight"], 1, 1), train)
+        if f"{i}.shortcut.0.weight" in p:
+            h = batch_norm(
+                p, state, f"{i}.shortcut.1", conv(h, p[f"{i}.shortcut.0.weight"], stride, 0), train
+            )
+        h = jax.nn.relu(out + h)
+    fc = str(max(int(k.split(".")[0]) for k in p if k[0].isdigit()))
+    return linear(p, fc, h.mean((2, 3))), state
+
+
 models = {"seed-cnn": seed_cnn, "seed-rnn": seed_rnn, "text-cnn": text_cnn, "mlp": mlp}
-model = models["text-cnn" if spec["preset"] == "text-cnn-learned" else spec["preset"]]
+preset = "text-cnn" if spec["preset"] == "text-cnn-learned" else spec["preset"]
+if preset in ("char-lm", "resnet"):
+    model = char_lm if preset == "char-lm" else resnet
+else:
+    model = lambda p, state, x, key=None: (models[preset](p, x), state)  # noqa: E731
 binary = spec["task"] == "binary"
 
 
-def loss_fn(params, x, y):
-    logits = model(params, x)
+def loss_fn(params, state, x, y, key=None):
+    logits, state = model(params, state, x, key)
     if binary:
-        return optax.sigmoid_binary_cross_entropy(logits, y).mean()
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        return optax.sigmoid_binary_cross_entropy(logits, y).mean(), state
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
 
 
-tx = optax.adam(spec["lr"]) if spec["optimizer"] == "adam" else optax.sgd(spec["lr"])
+lr, wd, momentum = spec["lr"], spec.get("weight_decay", 0.0), spec.get("momentum", 0.0)
+if spec["optimizer"] == "adamw":
+    tx = optax.adamw(lr, weight_decay=wd)
+elif spec["optimizer"] == "adam":
+    tx = optax.chain(optax.add_decayed_weights(wd), optax.adam(lr)) if wd else optax.adam(lr)
+else:  # PyTorch's SGD: the weight decay added to the gradient, then momentum
+    tx = optax.sgd(lr, momentum or None)
+    tx = optax.chain(optax.add_decayed_weights(wd), tx) if wd else tx
 
 
-@partial(jax.jit, donate_argnums=(0, 1))
-def train_step(params, opt_state, x, y):
-    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+@partial(jax.jit, donate_argnums=(0, 1, 2))
+def train_step(params, state, opt_state, step, x, y):
+    key = jax.random.fold_in(jax.random.key(spec["seed"]), step)
+    (loss, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y, key)
     updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    return optax.apply_updates(params, updates), state, opt_state, loss
 
 
-params = {k: jnp.asarray(v) for k, v in load_file(spec["weights"]).items()}
+weights = {k: jnp.asarray(v) for k, v in load_file(spec["weights"]).items()}
+buffers = ("running_mean", "running_var", "num_batches_tracked")
+params = {k: v for k, v in weights.items() if not k.endswith(buffers)}
+state = {k: v for k, v in weights.items() if k.endswith(buffers)}
 opt_state = tx.init(params)
 X = np.load(spec["data"]["train_x"], allow_pickle=False)
 Y = np.load(spec["data"]["train_y"], allow_pickle=False).astype(np.float32 if binary else np.int32)
 batch_size, steps = spec["batch_size"], spec.get("steps")
 batches_per_epoch = -(-len(X) // batch_size)
 epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
+reference_loss = None
+if spec.get("stochastic"):  # dropout: the first batch's loss without it, for the check
+    idx = np.random.default_rng([spec["seed"], 1]).permutation(len(X))[:batch_size]
+    reference_loss = float(jax.jit(loss_fn)(params, state, X[idx], Y[idx])[0])
 
 epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
 for epoch in range(1, epochs + 1):
@@ -100,7 +192,9 @@ for epoch in range(1, epochs + 1):
     for i in range(0, len(X), batch_size):
         t_step = time.perf_counter()
         idx = order[i : i + batch_size]
-        params, opt_state, loss = train_step(params, opt_state, X[idx], Y[idx])
+        params, state, opt_state, loss = train_step(
+            params, state, opt_state, len(losses), X[idx], Y[idx]
+        )
         losses.append(float(loss))
         step_seconds.append(time.perf_counter() - t_step)
         if len(losses) == steps:
@@ -117,6 +211,7 @@ print(
             "epoch_cpu_seconds": epoch_cpu_seconds,
             "step_seconds": step_seconds,
             "first_loss": losses[0],
+            "reference_loss": reference_loss,
             "final_loss": epoch_losses[-1],
             "cpu_seconds": sum(epoch_cpu_seconds),
             "jax": jax.__version__,

@@ -74,6 +74,95 @@ class MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class Block(nn.Module):
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        # in the order of tapegrad's parameters (see CharLM.names)
+        self.ln1, self.qkv, self.attn_proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln2, self.fc, self.proj = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x):
+        n, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(n, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        x = x + self.drop1(self.attn_proj(y.transpose(1, 2).reshape(n, t, d)))
+        return x + self.drop2(self.proj(F.gelu(self.fc(self.ln2(x)))))
+
+
+class CharLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        vocab, d = weights["tok.weight"].shape
+        self.layers = len({k.split(".")[1] for k in weights if k.startswith("blocks.")})
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(weights["pos.weight"].shape[0], d)
+        self.drop = nn.Dropout(0.1)
+        self.blocks = nn.Sequential(*(Block(d, 4, 0.1) for _ in range(self.layers)))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
+        return self.head(self.ln_f(self.blocks(x)))
+
+    def names(self):
+        out = ["tok.weight", "pos.weight"]
+        for i in range(self.layers):
+            b = f"blocks.{i}"
+            for layer in ("ln1", "attn.qkv", "attn.proj", "ln2", "fc", "proj"):
+                out += [f"{b}.{layer}.weight", f"{b}.{layer}.bias"]
+        return out + ["ln_f.weight", "ln_f.bias", "head.weight"]
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = sorted({int(k.split(".")[0]) for k in weights if ".conv1." in k})
+        widths = [weights[f"{i}.conv1.weight"].shape[0] for i in self.blocks]
+        self.conv = nn.Conv2d(1, widths[0], 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(widths[0])
+        cins = [widths[0], *widths[:-1]]
+        self.layers = nn.Sequential(
+            *(BasicBlock(a, b, 1 if a == b else 2) for a, b in zip(cins, widths, strict=True))
+        )
+        self.fc = nn.Linear(widths[-1], 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x.reshape(len(x), 1, 28, 28))))
+        return self.fc(F.adaptive_avg_pool2d(self.layers(x), 1).flatten(1))
+
+    def names(self):  # tapegrad's Sequential numbers its layers: 1 conv, 2 bn, 4.. blocks
+        out = ["1.weight", "2.weight", "2.bias"]
+        for i in self.blocks:
+            out += [f"{i}.conv1.weight", f"{i}.bn1.weight", f"{i}.bn1.bias"]
+            out += [f"{i}.conv2.weight", f"{i}.bn2.weight", f"{i}.bn2.bias"]
+            if f"{i}.shortcut.0.weight" in weights:
+                out += [f"{i}.shortcut.0.weight", f"{i}.shortcut.1.weight", f"{i}.shortcut.1.bias"]
+        fc = max(int(k.split(".")[0]) for k in weights if k[0].isdigit())
+        return out + [f"{fc}.weight", f"{fc}.bias"]
+
+
 # the model, and where each of its parameters is in the exported weights
 preset = spec["preset"]
 if preset == "seed-cnn":
@@ -87,18 +176,31 @@ elif preset in ("text-cnn", "text-cnn-learned"):
     names = ["0.weight", "2.weight", "2.bias", "6.weight", "6.bias"]
 elif preset == "mlp":
     model, names = MLP(), ["1.weight", "1.bias", "3.weight", "3.bias"]
+elif preset in ("char-lm", "resnet"):
+    model = CharLM() if preset == "char-lm" else ResNet()
+    names = model.names()
 else:
     sys.exit(f"plain_torch.py: no model for preset {preset!r}")
 with torch.no_grad():
     for p, name in zip(model.parameters(), names, strict=True):
         p.copy_(weights[name])
 
+lr, wd = spec["lr"], spec.get("weight_decay", 0.0)
 if spec["optimizer"] == "adam":
-    opt = torch.optim.Adam(model.parameters(), lr=spec["lr"])
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
+elif spec["optimizer"] == "adamw":
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
 else:
-    opt = torch.optim.SGD(model.parameters(), lr=spec["lr"])
+    opt = torch.optim.SGD(
+        model.parameters(), lr=lr, momentum=spec.get("momentum", 0.0), weight_decay=wd
+    )
 if spec["task"] == "binary":
     loss_fn = nn.BCEWithLogitsLoss()
+elif spec["task"] == "language-model":
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
 else:
     loss_fn = nn.CrossEntropyLoss()
 
@@ -109,6 +211,13 @@ if spec["task"] == "binary":
 batch_size, steps = spec["batch_size"], spec.get("steps")
 batches_per_epoch = -(-len(X) // batch_size)
 epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
+reference_loss = None
+if spec.get("stochastic"):  # dropout: the first batch's loss without it, for the check
+    model.eval()
+    with torch.no_grad():
+        idx = torch.from_numpy(np.random.default_rng([spec["seed"], 1]).permutation(len(X)))
+        reference_loss = loss_fn(model(X[idx[:batch_size]]), Y[idx[:batch_size]]).item()
+    model.train()
 
 epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
 for epoch in range(1, epochs + 1):
@@ -137,6 +246,7 @@ print(
             "epoch_cpu_seconds": epoch_cpu_seconds,
             "step_seconds": step_seconds,
             "first_loss": losses[0],
+            "reference_loss": reference_loss,
             "final_loss": epoch_losses[-1],
             "cpu_seconds": sum(epoch_cpu_seconds),
             "torch": torch.__version__,

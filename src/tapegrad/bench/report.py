@@ -19,6 +19,13 @@ from .harness import ALLOCATOR_ENV, _bytes, first_epoch_note
 COLORS = {"tapegrad": "#d95f02", "torch": "#1b9e77", "jax": "#7570b3", "autograd": "#e7298a"}
 
 
+def _score(s: dict) -> str:
+    """A framework's test accuracy, or (a language model) its validation loss."""
+    if s.get("test_accuracy") is None:
+        return f"val loss {s['test_loss']:.4f}"
+    return f"{100 * s['test_accuracy']:.2f}%"
+
+
 def _s(x: float | None) -> str:
     if x is None:
         return "n/a"
@@ -102,7 +109,7 @@ def workload_table(result: dict, title: str | None = None) -> str:
             f"{_s(s['steady_step']['median']) if s['steady_step'] else 'n/a'} | {_cores(s)} | "
             f"{s['peak_rss'] / 2**20:.0f} MiB ({s['rss_before_training'] / 2**20:.0f}) | "
             f"{_bytes(s['alloc_per_epoch'])} | "
-            f"{s['final_loss']:.4f} | {100 * s['test_accuracy']:.2f}% | {ratio} |"
+            f"{s['final_loss']:.4f} | {_score(s)} | {ratio} |"
         )
     for peer, s in result.get("plain", {}).items():
         ratio = _ratio(result["ratios"].get(f"{peer}-plain", {}).get("steady"))
@@ -382,6 +389,9 @@ def charts(results: list[dict], folder: str | Path) -> list[Path]:
 
     fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.4), squeeze=False)
     for ax, r in zip(axes[0], results):
+        if any(x["test_accuracy"] is None for x in r["summary"].values()):
+            ax.set_title(f"{r['workload']}: no accuracy (see its validation loss)", fontsize=8)
+            continue
         acc = [100 * x["test_accuracy"] for x in r["summary"].values()]
         bars(ax, r, acc)
         ax.set_ylim(max(0.0, min(acc) - 5), min(100.0, max(acc) + 2))

@@ -49,7 +49,13 @@ class TapegradRunner:
             spec["preset"], spec["seed"], spec.get("config", {}), spec.get("width", 1)
         )
         self.model.load_state_dict(weights)
-        opt = make_optimizer(spec["optimizer"], self.model.parameters(), spec["lr"])
+        opt = make_optimizer(
+            spec["optimizer"],
+            self.model.parameters(),
+            spec["lr"],
+            spec.get("momentum", 0.0),
+            spec.get("weight_decay", 0.0),
+        )
         self.trainer = Trainer(
             self.model, opt, preset.task, seed=spec["seed"], log=None, progress=False, mode=mode
         )

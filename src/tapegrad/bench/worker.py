@@ -113,6 +113,11 @@ def run(framework: str, spec: dict) -> dict:
     n_batches = len(batches)
     steps_limit = spec.get("steps")
     epochs = -(-steps_limit // n_batches) if steps_limit else spec["epochs"]
+    # a workload with dropout: its first training loss depends on each framework's masks, so
+    # the frameworks are compared on the first batch's loss in evaluation mode (no dropout)
+    reference_loss = None
+    if spec.get("stochastic"):
+        reference_loss = runner.evaluate(*next(batches.epoch(1)))[0]
     rss_before = _current_rss()
 
     epoch_seconds, epoch_cpu_seconds, epoch_losses, step_seconds = [], [], [], []
@@ -175,6 +180,7 @@ def run(framework: str, spec: dict) -> dict:
         "cpu_seconds": cpu_seconds,
         "busy_thread_seconds": threads,
         "first_loss": first_loss,
+        "reference_loss": reference_loss,
         "final_loss": epoch_losses[-1],
         "test_loss": test_loss,
         "test_accuracy": test_acc,

@@ -13,6 +13,7 @@ Where files are looked for, and in which order, is described in :mod:`tapegrad.d
 """
 
 from .batches import Batches
+from .chars import CharCorpus, CharWindows, imdb_chars
 from .embeddings import GloveVectors, glove
 from .errors import DatasetError, DatasetNotFoundError
 from .idx import parse_idx, read_idx
@@ -33,6 +34,9 @@ __all__ = [
     "mnist",
     "fashion_mnist",
     "imdb",
+    "imdb_chars",
+    "CharCorpus",
+    "CharWindows",
     "glove",
     "Batches",
     "Dataset",

@@ -25,7 +25,7 @@ from ..models import PRESETS, Preset, build_model, get_preset
 from ..safefile import describe_bytes, memory_limit, open_regular
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
-DATASETS = ("mnist", "fashion-mnist", "imdb")
+DATASETS = ("mnist", "fashion-mnist", "imdb", "imdb-chars")
 SCHEDULERS = ("step", "cosine", "onecycle")
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
@@ -79,6 +79,8 @@ class Experiment:
     seed: int
     task: str = "multiclass"
     fingerprint: str = ""
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
 
 @dataclass
@@ -308,6 +310,11 @@ def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
     """(task, model settings) that fit ``preset``'s architecture to a user's data."""
     x, y, yt = ds.train.x, ds.train.y, ds.test.y
     name, shown = preset.name, ds.path
+    if preset.task == "language-model":
+        raise DatasetError(
+            f"{name} trains on a character corpus ({', '.join(preset.datasets)}), not on "
+            f"arrays of samples such as {shown}"
+        )
     features = int(np.prod(x.shape[1:]))
     if y.dtype.kind == "f":
         task, outputs = "regression", (1 if y.ndim == 1 else y.shape[1])
@@ -320,7 +327,7 @@ def shape_for_data(preset: Preset, ds: ArrayDataset) -> tuple[str, dict]:
             f"{name} starts from GloVe vectors of IMDB's vocabulary; on your own token ids "
             f"use text-cnn-learned"
         )
-    if name.startswith(("seed-cnn", "seed-rnn")) and features != 784:
+    if name.startswith(("seed-cnn", "seed-rnn", "resnet")) and features != 784:
         raise DatasetError(
             f"{name} reads 28x28 images (784 values per sample); {shown}'s samples have "
             f"{features}: use mlp or linear"
@@ -348,7 +355,8 @@ def fingerprint(ds) -> str:
     what a resume checks to be training on the same data."""
     h = hashlib.sha256()
     for split in (ds.train, ds.test):
-        for a in (split.x, split.y):
+        arrays = split.arrays() if hasattr(split, "arrays") else (split.x, split.y)
+        for a in arrays:
             a = np.ascontiguousarray(a)
             h.update(json.dumps([a.dtype.str, list(a.shape)]).encode())
             h.update(a.data)
@@ -359,7 +367,11 @@ def load_dataset(
     name: str, data_dir=None, maxlen: int = 130, vocab_size: int = 20000, **text_options
 ):
     """The dataset called ``name`` and the model settings it implies (vocabulary size);
-    ``text_options`` (stopwords, oov, ...) go to :func:`tapegrad.data.imdb`."""
+    ``text_options`` (stopwords, oov, ...) go to :func:`tapegrad.data.imdb`, or (context,
+    windows, val_windows) to :func:`tapegrad.data.imdb_chars`."""
+    if name == "imdb-chars":
+        ds = data.imdb_chars(data_dir=data_dir, **text_options)
+        return ds, {"vocab_size": len(ds.vocab), "context": ds.train.context}
     if is_npz(name):
         return load_npz(name), {}
     if name == "mnist":
@@ -409,6 +421,20 @@ def make_scheduler(spec: dict | None, optimizer: optim.Optimizer, steps_per_epoc
     raise ValueError(f"unknown scheduler {name!r}; choose one of: {', '.join(SCHEDULERS)}")
 
 
+def optimizer_settings(
+    preset: Preset, optimizer: str | None, momentum: float | None, weight_decay: float | None
+) -> tuple[str, float, float]:
+    """(optimiser, momentum, weight decay) of a run: what is given, else the preset's own
+    (its momentum and weight decay only with its own optimiser; 0 with another)."""
+    name = optimizer or preset.optimizer
+    own = name == preset.optimizer
+    if momentum is None:
+        momentum = preset.momentum if own else 0.0
+    if weight_decay is None:
+        weight_decay = preset.weight_decay if own else 0.0
+    return name, momentum, weight_decay
+
+
 def setup(
     preset: str | Preset,
     dataset: str | None = None,
@@ -416,11 +442,12 @@ def setup(
     seed: int = 0,
     lr: float | None = None,
     optimizer: str | None = None,
-    momentum: float = 0.0,
+    momentum: float | None = None,
     log=print,
-    weight_decay: float = 0.0,
+    weight_decay: float | None = None,
 ) -> Experiment:
-    """Load the preset's dataset, build its model from ``seed`` and make its optimiser."""
+    """Load the preset's dataset, build its model from ``seed`` and make its optimiser
+    (momentum and weight decay left None: the preset's, see :func:`optimizer_settings`)."""
     preset = find_preset(preset) if isinstance(preset, str) else preset
     dataset = dataset or preset.dataset
     if not is_npz(dataset) and dataset not in preset.datasets:
@@ -445,10 +472,22 @@ def setup(
         kwargs["embedding"] = vectors.matrix
     model = build_model(preset, seed=seed, **kwargs)
     lr = lr or preset.lr
-    name = optimizer or preset.optimizer
+    name, momentum, weight_decay = optimizer_settings(preset, optimizer, momentum, weight_decay)
     opt = make_optimizer(name, model.parameters(), lr, momentum, weight_decay)
     return Experiment(
-        preset, dataset, ds, model, opt, lr, name, config, seed, task, fingerprint(ds)
+        preset,
+        dataset,
+        ds,
+        model,
+        opt,
+        lr,
+        name,
+        config,
+        seed,
+        task,
+        fingerprint(ds),
+        momentum=momentum,
+        weight_decay=weight_decay,
     )
 
 

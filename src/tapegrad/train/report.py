@@ -27,8 +27,8 @@ class EpochRecord:
     allocated_per_step: int | None
     peak_rss_bytes: int
     loss: float
-    train_accuracy: float | None  # None for regression
-    test_loss: float | None
+    train_accuracy: float | None  # None for regression and language models
+    test_loss: float | None  # a language model's: the validation loss
     test_accuracy: float | None
     eval_seconds: float
     first: bool  # the first epoch of the process: includes warm-up and compilation
@@ -37,6 +37,9 @@ class EpochRecord:
 COLUMNS = ("epoch", "time", "alloc/epoch", "peak RSS", "loss", "train acc", "test acc")
 #: A regression has no accuracy: its last two columns are the train and test MSE.
 REGRESSION_COLUMNS = (*COLUMNS[:4], "train MSE", "test MSE")
+#: Nor has a language model: its last two columns are the train and validation loss.
+LANGUAGE_MODEL_COLUMNS = (*COLUMNS[:4], "train loss", "val loss")
+_LOSS_COLUMNS = {"regression": REGRESSION_COLUMNS, "language-model": LANGUAGE_MODEL_COLUMNS}
 
 
 def format_loss(v: float | None) -> str:
@@ -50,10 +53,11 @@ def format_loss(v: float | None) -> str:
 
 
 def table_header(task: str = "multiclass") -> str:
-    if task == "regression":
+    if task in _LOSS_COLUMNS:
+        train, test = _LOSS_COLUMNS[task][4:]
         return (
             f"{'epoch':>5}  {'time':>8}  {'alloc/epoch':>11}  {'peak RSS':>10}  "
-            f"{'train MSE':>9}  {'test MSE':>9}"
+            f"{train:>9}  {test:>9}"
         )
     return (
         f"{'epoch':>5}  {'time':>8}  {'alloc/epoch':>11}  {'peak RSS':>10}  {'loss':>9}  "
@@ -71,7 +75,7 @@ def table_row(r: EpochRecord, task: str = "multiclass") -> str:
         f"{r.epoch:>4}{mark}  {r.seconds:7.2f}s  {format_bytes(r.allocated_bytes):>11}  "
         f"{format_bytes(r.peak_rss_bytes):>10}  {format_loss(r.loss):>9}  "
     )
-    if task == "regression":
+    if task in _LOSS_COLUMNS:
         return head + f"{format_loss(r.test_loss):>9}"
     return head + f"{_percent(r.train_accuracy):>9}  {_percent(r.test_accuracy):>8}"
 
@@ -131,8 +135,8 @@ def plot(path, records: list[EpochRecord], title: str = "") -> None:
             ax[0, 1].plot(ep, [100 * (r.test_accuracy or 0) for r in records], "s--", label="test")
         ax[0, 1].set(title="accuracy (%)", xlabel="epoch")
         ax[0, 1].legend()
-    else:  # regression: no accuracy
-        ax[0, 1].set(title="accuracy: none (regression)", xlabel="epoch")
+    else:  # regression and language models: no accuracy
+        ax[0, 1].set(title="accuracy: none (loss only)", xlabel="epoch")
     colors = ["tab:orange" if r.first else "tab:blue" for r in records]
     ax[1, 0].bar(ep, [r.seconds for r in records], color=colors)
     ax[1, 0].set(title="time per epoch (s); orange: first epoch", xlabel="epoch")

@@ -24,7 +24,9 @@ from .checkpoint import CheckpointError, config_differences, find_latest, save_c
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
 from .report import EpochRecord, table_footer, table_header, table_row
 
-TASKS = ("multiclass", "binary", "regression")
+TASKS = ("multiclass", "binary", "regression", "language-model")
+#: Tasks without an accuracy: their table shows the train and the test (validation) loss.
+NO_ACCURACY = ("regression", "language-model")
 
 
 class TrainingDiverged(RuntimeError):
@@ -79,6 +81,17 @@ def _xy(split):
     return split.x, split.y
 
 
+def _generators(model: nn.Module) -> list[tuple[str, np.random.Generator]]:
+    """The random generators a model's modules draw from during training (dropout masks),
+    by module name and attribute, in a fixed order: a checkpoint saves their states."""
+    out = []
+    for name, module in model.named_modules():
+        for attr, value in sorted(vars(module).items()):
+            if isinstance(value, np.random.Generator):
+                out.append((f"{name}.{attr}" if name else attr, value))
+    return out
+
+
 def _progress_disabled() -> bool | None:
     # None lets tqdm decide (off when stderr is not a terminal); CI never gets a bar.
     return True if os.environ.get("CI", "").lower() in ("1", "true", "yes") else None
@@ -88,8 +101,10 @@ class Trainer:
     """Trains ``model`` with ``optimizer`` on a classification or regression task.
 
     ``task`` is ``"multiclass"`` (integer labels, softmax cross-entropy on class scores),
-    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample) or
-    ``"regression"`` (float targets, mean squared error; no accuracy). ``scheduler`` (an
+    ``"binary"`` (labels 0/1, binary cross-entropy on one logit per sample),
+    ``"regression"`` (float targets, mean squared error; no accuracy) or ``"language-model"``
+    (``(N, T)`` next-token ids for ``(N, T, vocabulary)`` scores, mean cross-entropy over every
+    position; no accuracy; the test set is a validation set). ``scheduler`` (an
     ``optim.lr_scheduler`` object, optional) is stepped after every optimiser step.
     ``config`` (a JSON-ready dict, optional) describes the run; checkpoints carry it, and a
     resume from a checkpoint whose configuration differs is refused naming each difference.
@@ -169,21 +184,26 @@ class Trainer:
         """The task's mean loss; ``y`` as :meth:`targets` prepares it."""
         if self.task == "multiclass":
             return nn.functional.cross_entropy(logits, y)
+        if self.task == "language-model":
+            return nn.functional.cross_entropy(logits.reshape((-1, logits.shape[-1])), y)
         if self.task == "regression":
             return nn.functional.mse_loss(logits.reshape(y.shape), y)
         return nn.functional.binary_cross_entropy_with_logits(logits.reshape((-1,)), y)
 
     def targets(self, y: np.ndarray, dtype) -> np.ndarray:
-        """Labels as the loss takes them: class ids, or floats of the outputs' dtype."""
+        """Labels as the loss takes them: class ids (flattened for a language model), or floats
+        of the outputs' dtype."""
+        if self.task == "language-model":
+            return y.reshape(-1)
         return y if self.task == "multiclass" else y.astype(dtype, copy=False)
 
     def correct(self, logits: np.ndarray, y: np.ndarray) -> int:
-        """Correctly classified samples (0 for regression, which has no accuracy)."""
+        """Correctly classified samples (0 for the tasks without an accuracy)."""
+        if self.task in NO_ACCURACY:
+            return 0
         logits = backend.to_host(logits)
         if self.task == "multiclass":
             return int(np.sum(np.argmax(logits, axis=1) == y))
-        if self.task == "regression":
-            return 0
         return int(np.sum((logits.reshape(-1) > 0) == (y > 0)))
 
     def request_stop(self, signum: int = signal.SIGINT) -> None:
@@ -254,8 +274,8 @@ class Trainer:
     def evaluate(
         self, x: np.ndarray, y: np.ndarray, batch_size: int = 1000
     ) -> tuple[float, float | None]:
-        """Mean loss and accuracy (None for regression) over (x, y), in eval mode without
-        recording a graph.
+        """Mean loss and accuracy (None for regression and language models) over (x, y), in
+        eval mode without recording a graph.
 
         Data-parallel, each rank evaluates its contiguous part of (x, y) and the sums are
         reduced, so every rank returns the figures for the whole set."""
@@ -280,7 +300,7 @@ class Trainer:
             sums = self.comm.allreduce(np.array([total_loss, total_correct], dtype=np.float64))
             total_loss, total_correct = float(sums[0]), int(sums[1])
         n = max(n_all, 1)
-        return total_loss / n, (None if self.task == "regression" else total_correct / n)
+        return total_loss / n, (None if self.task in NO_ACCURACY else total_correct / n)
 
     # -- the loop ------------------------------------------------------------------------------
     def fit(
@@ -306,11 +326,15 @@ class Trainer:
         the step in progress, writes a mid-epoch checkpoint (with ``checkpoint_dir``) and
         raises :class:`TrainingInterrupted`.
         """
-        x, y = _xy(train)
         xt, yt = _xy(test) if test is not None else (None, None)
         comm = self.comm
         shard = (comm.rank, comm.size) if comm.distributed else None
-        batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed, shard=shard)
+        if hasattr(train, "batches") and hasattr(train, "arrays"):  # draws its own batches
+            x, y = train.arrays()  # (tapegrad.data.CharWindows); x, y: what identifies it
+            batches = train.batches(batch_size, seed=self.seed, shard=shard)
+        else:
+            x, y = _xy(train)
+            batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed, shard=shard)
         epoch, start, partial = 1, 0, None
         self.records = []
         self._batch_size = batch_size
@@ -514,7 +538,7 @@ class Trainer:
             peak_rss_bytes=rss,
             loss=sums["loss"] / seen,
             train_accuracy=(
-                None if self.task == "regression" else self._all_ranks(sums["correct"]) / seen
+                None if self.task in NO_ACCURACY else self._all_ranks(sums["correct"]) / seen
             ),
             test_loss=test_loss,
             test_accuracy=test_acc,
@@ -545,6 +569,7 @@ class Trainer:
             "records": [asdict(r) for r in self.records],
             "config": self.config,
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "generators": {k: g.bit_generator.state for k, g in _generators(self.model)},
         }
         try:
             self._last_checkpoint = save_checkpoint(
@@ -627,6 +652,10 @@ class Trainer:
         except (ValueError, TypeError, KeyError) as e:
             raise CheckpointError(f"checkpoint {path}: {str(e).splitlines()[0]}") from None
         self.model.load_state_dict(model_state)
+        saved = meta.get("generators") or {}
+        for k, g in _generators(self.model):  # dropout masks continue where they stopped
+            if k in saved:
+                g.bit_generator.state = saved[k]
         self.global_step = int(meta["global_step"])
         self.records = [EpochRecord(**r) for r in meta.get("records", [])]
         self.log(
