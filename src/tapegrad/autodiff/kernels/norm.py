@@ -56,9 +56,11 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
+    from .jit import cached_jit
+
     _opts = dict(cache=True, boundscheck=False, nogil=True, error_model="numpy")
 
-    @numba.njit(inline="always", **_opts)
+    @cached_jit(inline="always", **_opts)
     def _row_sum(a):  # pragma: no cover - compiled
         """sum_j a[j] in float64, in four interleaved partial sums."""
         p0 = p1 = p2 = p3 = 0.0
@@ -72,7 +74,7 @@ if numba is not None:
             p0 += a[j]
         return (p0 + p1) + (p2 + p3)
 
-    @numba.njit(inline="always", **_opts)
+    @cached_jit(inline="always", **_opts)
     def _sq_dev_sum(a, m):  # pragma: no cover - compiled
         """sum_j (a[j] - m)^2 in float64, in four interleaved partial sums."""
         p0 = p1 = p2 = p3 = 0.0
@@ -88,7 +90,7 @@ if numba is not None:
             p0 += d * d
         return (p0 + p1) + (p2 + p3)
 
-    @numba.njit(inline="always", **_opts)
+    @cached_jit(inline="always", **_opts)
     def _forward_row(x, w, b, eps, y, mean, rstd, r):  # pragma: no cover - compiled
         xr, yr = x[r], y[r]
         d = xr.size
@@ -98,7 +100,7 @@ if numba is not None:
             yr[j] = (xr[j] - m) * rs * w[j] + b[j]
         mean[r], rstd[r] = m, rs
 
-    @numba.njit(inline="always", **_opts)
+    @cached_jit(inline="always", **_opts)
     def _backward_row(g, x, w, mean, rstd, gx, r):  # pragma: no cover - compiled
         gr, xr, out = g[r], x[r], gx[r]
         d = xr.size
@@ -130,27 +132,27 @@ if numba is not None:
         for j in range(d):
             out[j] = rs * (np.float64(gr[j]) * w[j] - s1 - (xr[j] - m) * rs * s2)
 
-    @numba.njit(**_opts)
+    @cached_jit(**_opts)
     def _forward_serial(x, w, b, eps, y, mean, rstd):  # pragma: no cover - compiled
         for r in range(x.shape[0]):
             _forward_row(x, w, b, eps, y, mean, rstd, r)
 
-    @numba.njit(parallel=True, **_opts)
+    @cached_jit(parallel=True, **_opts)
     def _forward_parallel(x, w, b, eps, y, mean, rstd):  # pragma: no cover - compiled
         for r in numba.prange(x.shape[0]):
             _forward_row(x, w, b, eps, y, mean, rstd, r)
 
-    @numba.njit(**_opts)
+    @cached_jit(**_opts)
     def _backward_serial(g, x, w, mean, rstd, gx):  # pragma: no cover - compiled
         for r in range(x.shape[0]):
             _backward_row(g, x, w, mean, rstd, gx, r)
 
-    @numba.njit(parallel=True, **_opts)
+    @cached_jit(parallel=True, **_opts)
     def _backward_parallel(g, x, w, mean, rstd, gx):  # pragma: no cover - compiled
         for r in numba.prange(x.shape[0]):
             _backward_row(g, x, w, mean, rstd, gx, r)
 
-    @numba.njit(**_opts)
+    @cached_jit(**_opts)
     def _param_grads(g, x, mean, rstd, gw, gb):  # pragma: no cover - compiled
         """gw = sum_r g * xhat, gb = sum_r g, rows added in order (float64 accumulators)."""
         d = x.shape[1]
@@ -165,7 +167,7 @@ if numba is not None:
         for j in range(d):
             gw[j], gb[j] = aw[j], ab[j]
 
-    @numba.njit(inline="always", **_opts)
+    @cached_jit(inline="always", **_opts)
     def _softmax_backward_row(g, y, out, r):  # pragma: no cover - compiled
         gr, yr, o = g[r], y[r], out[r]
         p0 = p1 = p2 = p3 = 0.0
@@ -181,12 +183,12 @@ if numba is not None:
         for j in range(yr.size):
             o[j] = yr[j] * (gr[j] - s)
 
-    @numba.njit(**_opts)
+    @cached_jit(**_opts)
     def _softmax_backward_serial(g, y, out):  # pragma: no cover - compiled
         for r in range(y.shape[0]):
             _softmax_backward_row(g, y, out, r)
 
-    @numba.njit(parallel=True, **_opts)
+    @cached_jit(parallel=True, **_opts)
     def _softmax_backward_parallel(g, y, out):  # pragma: no cover - compiled
         for r in numba.prange(y.shape[0]):
             _softmax_backward_row(g, y, out, r)

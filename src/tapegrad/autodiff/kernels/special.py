@@ -79,14 +79,14 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    _jit = numba.njit(cache=True, boundscheck=False, nogil=True, error_model="numpy")
-    _pjit = numba.njit(
-        cache=True, boundscheck=False, nogil=True, parallel=True, error_model="numpy"
-    )
+    from .jit import cached_jit
+
+    _jit = cached_jit(boundscheck=False, nogil=True, error_model="numpy")
+    _pjit = cached_jit(boundscheck=False, nogil=True, parallel=True, error_model="numpy")
 
     c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 = _ERFCX_COEFFS
 
-    @numba.njit(cache=True, inline="always", error_model="numpy")
+    @cached_jit(inline="always", error_model="numpy")
     def _normal_tail(v):  # pragma: no cover - compiled
         """(Phi(-|v|), phi(v)) for a float64 ``v``, branch-free (see the module's notes)."""
         z = abs(v) * _INV_SQRT2
