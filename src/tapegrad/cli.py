@@ -15,6 +15,7 @@ SIGINT and SIGTERM stop training after the current step, write a mid-epoch check
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
@@ -759,11 +760,9 @@ def versions() -> dict:
         "numpy": np.__version__,
         "numba": numba.__version__,
     }
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-    except ImportError:
+    try:  # the installed version, without importing PyTorch (seconds) into a training run
+        out["torch"] = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
         pass
     return out
 
