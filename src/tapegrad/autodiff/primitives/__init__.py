@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     elementwise,
     fused,
     indexing,
+    integer,
     linalg,
     movement,
     nn,
