@@ -35,6 +35,12 @@ def _object(x):
     return np.asarray(x).astype(object)
 
 
+def _wrap(values, dtype):
+    """Python integers ``values`` wrapped into ``dtype``'s width (two's complement)."""
+    mask = (1 << (np.dtype(dtype).itemsize * 8)) - 1
+    return np.asarray((values & mask).astype(np.uint64).astype(dtype))
+
+
 def _as(result, x, y):
     return np.asarray(result, dtype=np.result_type(x, y))
 
@@ -71,7 +77,7 @@ bitwise_not = primitive(
     _not,
     None,
     reference=lambda x: (
-        np.logical_not(x) if x.dtype == np.bool_ else np.asarray(-1 - _object(x), x.dtype)
+        np.logical_not(x) if x.dtype == np.bool_ else _wrap((-1 - _object(x)), x.dtype)
     ),
     samples=lambda rng: [
         Sample((rng.integers(-100, 100, (2, 3)),)),
@@ -98,11 +104,8 @@ def _shift(name, fn, py, doc):
         return fn(x, y, out=out)
 
     def reference(x, y):
-        bits = np.dtype(np.result_type(x, y)).itemsize * 8
         a, b = np.broadcast_arrays(_object(x), _object(y))
-        mask = (1 << bits) - 1
-        full = np.frompyfunc(lambda u, v: py(u, v) & mask, 2, 1)(a, b)
-        return np.asarray(full.astype(np.uint64).astype(np.result_type(x, y)))
+        return _wrap(np.frompyfunc(py, 2, 1)(a, b), np.result_type(x, y))
 
     return primitive(
         name,
