@@ -38,8 +38,16 @@ KEEPS_INTEGERS = frozenset(
     logical_or logical_xor logical_not isnan isinf isfinite isclose bitwise_and bitwise_or
     bitwise_xor bitwise_not left_shift right_shift div_rounded""".split()
 )
-"""Elementwise primitives that compute on integer and bool dtypes; the others compute in
-floats (integer operands go to the default float dtype, as PyTorch's ``/`` and ``exp`` do)."""
+"""Elementwise primitives that compute on integer dtypes; the others compute in floats (integer
+operands go to the default float dtype, as PyTorch's ``/`` and ``exp`` do)."""
+
+KEEPS_BOOL = frozenset(
+    """add mul maximum minimum where less less_equal greater greater_equal equal not_equal
+    logical_and logical_or logical_xor logical_not isnan isinf isfinite isclose bitwise_and
+    bitwise_or bitwise_xor bitwise_not""".split()
+)
+"""Those of them that compute on bools too (``+`` is or, ``*`` and); PyTorch refuses the
+others (``-``, ``%``, ``//``, ``<<``, ``abs``, ``floor``, ...) on bool, and so does tapegrad."""
 
 
 def category(dtype) -> int:
@@ -108,9 +116,21 @@ def result_type(operands) -> np.dtype:
 def computes_in(name: str, operands) -> np.dtype:
     """The dtype the elementwise primitive ``name`` computes in on ``operands`` (rule 4)."""
     dtype = result_type(operands)
-    if dtype.kind not in "f" and name not in KEEPS_INTEGERS:
+    refused = name == "sub" and _any_bool(operands)  # x - mask: PyTorch refuses it too
+    if dtype.kind == "f" and not refused:
+        return dtype
+    if name not in KEEPS_INTEGERS:
         return backend.DEFAULT_DTYPE
+    if refused or dtype.kind == "b" and name not in KEEPS_BOOL:
+        raise DTypeError(
+            f"{name}: not defined for bool tensors, as in PyTorch (use ~ or logical_not to "
+            f"invert a mask, or convert with .astype() first)"
+        )
     return dtype
+
+
+def _any_bool(operands) -> bool:
+    return any(getattr(d, "dtype", None) == np.bool_ or isinstance(d, bool) for d in operands)
 
 
 def promote(name: str, data: list) -> list:
