@@ -319,3 +319,9 @@ def test_only_float_tensors_take_gradients_and_cat_promotes():
     assert tg.stack([tg.tensor(np.arange(2, dtype=np.int32)), tg.tensor(np.arange(2))]).dtype == (
         np.int64
     )
+
+
+def test_python_ints_wrap_into_small_integer_dtypes_as_in_torch():
+    u, tu = tg.tensor(np.array([0, 5, 200], np.uint8)), torch.tensor([0, 5, 200], dtype=torch.uint8)
+    for got, want in ((u - 1, tu - 1), (u + 300, tu + 300), (u * 2, tu * 2), (7 - u, 7 - tu)):
+        assert got.dtype == np.uint8 and got.tolist() == want.tolist()

@@ -148,6 +148,9 @@ def promote(name: str, data: list) -> list:
             out.append(d if i < skip or d.dtype == dtype else d.astype(dtype))
         elif i < skip:
             out.append(asarray(d, np.bool_, like=like))
+        elif dtype.kind in "iu" and isinstance(d, (int, np.integer)):
+            # a Python int wraps into the integer dtype, as in PyTorch (uint8_t - 1: 255 - ...)
+            out.append(asarray(np.array(d).astype(dtype), like=like))
         else:
             out.append(asarray(d, dtype, like=like))
     return out
