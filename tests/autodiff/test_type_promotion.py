@@ -142,7 +142,8 @@ def test_functions_promote_and_compute_as_torch_does(name):
 def test_unary_operations_keep_integers_or_go_to_float_as_torch(name, fn):
     for na, a, ta in _operands(X):
         if isinstance(a, tg.Tensor):
-            _check(f"{name}({na})", fn, (a,), fn, (ta,))
+            with np.errstate(over="ignore"):  # exp(9) in float16 is inf, as in torch
+                _check(f"{name}({na})", fn, (a,), fn, (ta,))
 
 
 def test_the_rule_itself():
