@@ -290,7 +290,7 @@ def _is_int(v) -> bool:
 
 def _arith(op: str, t, other, alpha=1):
     """``t op alpha * other``; on integer tensors with integer operands, exactly in integers
-    (the operators compute in the float dtype, as everywhere in tapegrad)."""
+    (Python ints and ``alpha`` in the tensor's dtype)."""
     if t.dtype.kind in "iu" and _is_int(other) and _is_int(alpha):
         if not isinstance(other, Tensor):
             other = np.asarray(other, t.dtype)  # Python ints take the tensor's dtype
