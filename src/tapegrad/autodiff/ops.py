@@ -169,5 +169,6 @@ from .primitives.sort import argsort, sort, topk  # noqa: E402, F401
 
 concat = cat  # PyTorch's other name
 div = divide  # PyTorch's div: true division, or rounded with rounding_mode=
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift  # PyTorch's names
 
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n != "annotations")
