@@ -27,10 +27,11 @@ import contextlib
 import numpy as np
 
 from . import anomaly
-from .backend import DEFAULT_DTYPE, asarray, check_same_device, is_array, on_device, xp_of
+from .backend import asarray, check_same_device, is_array, on_device, xp_of
 from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from .primitives import registry
 from .primitives.shape import sum_to
+from .promotion import promote
 from .tensor import _TRACING, Tensor
 from .traced_grads import traced
 
@@ -128,8 +129,8 @@ class Node:
                     f"internal error: VJP of {prim.name} returned a gradient of shape {gi.shape} "
                     f"for input {i} of shape {x.shape}"
                 )
-            if gi.dtype != x.dtype:
-                gi = gi.astype(x.dtype)
+            if gi.dtype != p.dtype:  # each input its gradient in its own dtype (promotion)
+                gi = gi.astype(p.dtype)
             grads[i] = gi
         return grads
 
@@ -147,39 +148,16 @@ def _constant(a) -> Tensor:
     return Tensor._make(a, None, False)
 
 
-def _lift(args: tuple, exact: bool) -> list:
-    """Python numbers and integer operands (arrays or tensors alike) take the dtype of the float
-    operands, float32 when there is none (one rule). ``exact`` (comparisons): with no float
-    operand, integers stay integers, so large ones compare exactly."""
+def _lift(prim, args: tuple) -> list:
+    """The operands of an elementwise primitive as arrays in the dtype it computes in
+    (PyTorch's type promotion, one rule: ``promotion.py``)."""
     data = [a.data if isinstance(a, Tensor) else a for a in args]
-    dtype = None
-    same = True  # every operand a float array of one dtype: nothing to lift (the usual case)
-    for d in data:
-        if type(d) is np.ndarray and d.dtype.kind == "f":
-            if dtype is None:
-                dtype = d.dtype
-            elif d.dtype != dtype:
-                same = False
-        else:
-            same = False
-    if same:
-        return data
-    dtype = like = None
-    for d in data:
-        if type(d) is np.ndarray or is_array(d):
-            like = d if like is None or type(like) is np.ndarray else like
-            if dtype is None and d.dtype.kind == "f":
-                dtype = d.dtype
-    if dtype is None and exact:
-        return [d if is_array(d) else asarray(d, like=like) for d in data]
-    dtype = dtype or DEFAULT_DTYPE
-    out = []
-    for d in data:
-        if type(d) is np.ndarray or is_array(d):
-            out.append(d.astype(dtype) if d.dtype.kind in "iu" else d)
-        else:  # a number (on the operands' device: a 0-d array there)
-            out.append(asarray(d, np.bool_ if isinstance(d, bool) else dtype, like=like))
-    return out
+    first = data[0]
+    dtype = first.dtype if type(first) is np.ndarray and first.dtype.kind == "f" else None
+    for d in data:  # every operand a float array of one dtype: nothing to do (the usual case)
+        if dtype is None or type(d) is not np.ndarray or d.dtype != dtype:
+            return promote(prim.name, data)
+    return data
 
 
 def _check_dtypes(prim, arrays) -> None:
@@ -195,8 +173,9 @@ def _check_dtypes(prim, arrays) -> None:
                 dtype = d.dtype
             elif d.dtype != dtype:
                 raise DTypeError(
-                    f"{prim.name}: operands have dtypes {dtype} and {d.dtype}; tapegrad never "
-                    f"promotes silently, cast one explicitly with .astype()"
+                    f"{prim.name}: operands have dtypes {dtype} and {d.dtype}; like PyTorch, "
+                    f"{prim.name} does not promote (only elementwise operations do), cast one "
+                    f"explicitly with .astype()"
                 )
     if mixed:
         check_same_device(prim.name, arrays)
@@ -218,7 +197,7 @@ def apply(prim, *args, **attrs):
                 arrays = [da, db]
     if arrays is None:
         if prim.broadcasting:
-            arrays = _lift(args, exact=not prim.differentiable)
+            arrays = _lift(prim, args)
         else:
             arrays = [a.data if isinstance(a, Tensor) else a for a in args]
         if len(arrays) > 1:

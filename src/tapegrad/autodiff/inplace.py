@@ -185,17 +185,13 @@ def _saved_error(what: str, x: Tensor) -> GraphError:
 
 
 def _value_arg(x: Tensor, value):
+    """The value of ``x[index] = value`` in ``x``'s dtype (converted, as PyTorch's setitem
+    does: a float64 value into a float32 tensor, a float into an integer one)."""
     value = traced(value)  # p[...] = p.grad inside a traced step
     if isinstance(value, Tensor):
-        return value
+        return value if value.dtype == x.dtype else astype(value, x.dtype)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
-        arr = np.asarray(value)
-        if arr.dtype.kind == "f" and x.dtype.kind == "f" and arr.dtype != x.dtype:
-            raise DTypeError(
-                f"x[...] = value: value has dtype {arr.dtype} and x {x.dtype}; cast explicitly "
-                f"(tapegrad never converts float precisions silently)"
-            )
-        return arr
+        return np.asarray(value).astype(x.dtype, copy=False)
     return np.asarray(value, dtype=x.dtype)  # Python numbers and lists take x's dtype
 
 
@@ -294,7 +290,7 @@ def _is_int(v) -> bool:
 
 def _arith(op: str, t, other, alpha=1):
     """``t op alpha * other``; on integer tensors with integer operands, exactly in integers
-    (the operators compute in the float dtype, as everywhere in tapegrad)."""
+    (Python ints and ``alpha`` in the tensor's dtype)."""
     if t.dtype.kind in "iu" and _is_int(other) and _is_int(alpha):
         if not isinstance(other, Tensor):
             other = np.asarray(other, t.dtype)  # Python ints take the tensor's dtype

@@ -22,7 +22,6 @@ from .primitives.elementwise import (  # noqa: F401
     clip,
     cos,
     cosh,
-    div,
     dropout_mask,
     equal,
     erf,
@@ -125,6 +124,16 @@ from .primitives.indexing import (  # noqa: E402, F401
     scatter_reduce,
     take,
 )
+from .primitives.integer import (  # noqa: E402, F401
+    bitwise_and,
+    bitwise_not,
+    bitwise_or,
+    bitwise_xor,
+    divide,
+    floor_divide,
+    left_shift,
+    right_shift,
+)
 from .primitives.movement import (  # noqa: E402, F401
     cat,
     chunk,
@@ -160,5 +169,7 @@ from .primitives.scan import cummax, cummin, cumprod, cumsum, logcumsumexp, prod
 from .primitives.sort import argsort, sort, topk  # noqa: E402, F401
 
 concat = cat  # PyTorch's other name
+div = divide  # PyTorch's div: true division, or rounded with rounding_mode=
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift  # PyTorch's names
 
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n != "annotations")

@@ -1,9 +1,9 @@
 """``Tensor``: an ndarray, its gradient, and the node that made it.
 
-Dtype rule (one, documented): a tensor made from Python numbers or lists is float32; one made
-from an ndarray or NumPy scalar keeps its dtype. Inside an operation, Python numbers and integer
-arrays take the dtype of the float operands; float operands of different precision are an error
-(:class:`DTypeError`), never a silent upcast. Cast explicitly with :meth:`Tensor.astype`.
+Dtypes: a tensor made from Python floats (or lists of them) is float32, from Python ints int64;
+one made from an ndarray or NumPy scalar keeps its dtype. Elementwise operations on operands of
+different dtypes promote by PyTorch's rule (``promotion.py``); integer arithmetic stays integer
+and exact. Cast explicitly with :meth:`Tensor.astype`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import backend
-from .backend import default_dtype, is_array, to_host, xp_of
+from .backend import default_dtype, to_host, xp_of
 
 
 class _TRACING:
@@ -637,27 +637,48 @@ class Tensor:
     def logical_not(self):
         return _ops.logical_not(self)
 
-    # & | ^ ~ on bool tensors (masks): the logical operations
+    # & | ^ ~ << >> on integer and bool tensors (on bools & | ^ ~ are the logical operations)
     def __and__(self, o):
-        return _ops.logical_and(*_bool_operands("&", self, o))
+        return _ops.bitwise_and(self, o)
 
     def __rand__(self, o):
-        return _ops.logical_and(*_bool_operands("&", o, self))
+        return _ops.bitwise_and(o, self)
 
     def __or__(self, o):
-        return _ops.logical_or(*_bool_operands("|", self, o))
+        return _ops.bitwise_or(self, o)
 
     def __ror__(self, o):
-        return _ops.logical_or(*_bool_operands("|", o, self))
+        return _ops.bitwise_or(o, self)
 
     def __xor__(self, o):
-        return _ops.logical_xor(*_bool_operands("^", self, o))
+        return _ops.bitwise_xor(self, o)
 
     def __rxor__(self, o):
-        return _ops.logical_xor(*_bool_operands("^", o, self))
+        return _ops.bitwise_xor(o, self)
 
     def __invert__(self):
-        return _ops.logical_not(*_bool_operands("~", self))
+        return _ops.bitwise_not(self)
+
+    def __lshift__(self, o):
+        return _ops.left_shift(self, o)
+
+    def __rlshift__(self, o):
+        return _ops.left_shift(o, self)
+
+    def __rshift__(self, o):
+        return _ops.right_shift(self, o)
+
+    def __rrshift__(self, o):
+        return _ops.right_shift(o, self)
+
+    def __floordiv__(self, o):
+        return _ops.floor_divide(self, o)
+
+    def __rfloordiv__(self, o):
+        return _ops.floor_divide(o, self)
+
+    def div(self, other, *, rounding_mode=None):
+        return _ops.divide(self, other, rounding_mode=rounding_mode)
 
     def clamp(self, min=None, max=None):  # noqa: A002 - PyTorch's names
         return clip(self, min, max)
@@ -812,17 +833,6 @@ class _Size(int):
         return (int, (int(self),))
 
 
-def _bool_operands(op: str, *xs) -> tuple:
-    for x in xs:
-        d = x.data if isinstance(x, Tensor) else x if is_array(x) else np.asarray(x)
-        if d.dtype != np.bool_:
-            raise TypeError(
-                f"{op} on tensors is the logical operation on bool tensors (masks); got dtype "
-                f"{d.dtype}. Compare to make a mask (x > 0), or use tg.logical_and/or/xor/not"
-            )
-    return xs
-
-
 _DEVICE = re.compile(r"^(cpu|cuda|mps|xpu|xla|meta|hip|hpu|ipu|mtia|vulkan|lazy)(:\d+)?$")
 _DTYPE_NAMES = {
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -901,7 +911,6 @@ from .ops import (  # noqa: E402
     broadcast_to,
     clip,
     cos,
-    div,
     equal,
     exp,
     expand_dims,
@@ -939,3 +948,4 @@ from .ops import (  # noqa: E402
     var,
 )
 from .primitives.device import to_device  # noqa: E402
+from .primitives.elementwise import div  # noqa: E402  (the primitive: ops.div takes rounding_mode)

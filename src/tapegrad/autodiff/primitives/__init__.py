@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     elementwise,
     fused,
     indexing,
+    integer,
     linalg,
     movement,
     nn,

@@ -227,8 +227,8 @@ int_arith = primitive(
         + [Sample((np.array([2**40, -3]), np.array(2**20)), {"op": "mul"})]
     ),
     broadcasting=True,
-    doc="x + y, x - y or x * y on integers, exact (the arithmetic operators compute in the float "
-    "dtype); in-place updates of integer tensors use it. Not differentiable.",
+    doc="x + y, x - y or x * y on integers, exact, in the operands' promoted dtype; in-place "
+    "updates of integer tensors use it. Not differentiable.",
 )
 
 

@@ -12,7 +12,9 @@ import numpy as np
 
 from ..backend import asarray, is_array, normalize_axis, unbroadcast, xp_of
 from ..errors import ShapeError
+from ..promotion import result_type
 from . import samples as S
+from .elementwise import astype
 from .registry import Sample, primitive, run
 
 
@@ -341,12 +343,22 @@ def _concat_reference(xs, axis):
     return out
 
 
+def _promoted(xs: list) -> list:
+    """Tensors of different dtypes in the one they promote to (PyTorch's cat and stack)."""
+    data = [_data(x) for x in xs]
+    first = getattr(data[0], "dtype", None)
+    if all(getattr(d, "dtype", None) == first for d in data):
+        return xs
+    dtype = result_type([d if is_array(d) else np.asarray(d) for d in data])
+    return [x if getattr(d, "dtype", None) == dtype else astype(x, dtype) for x, d in zip(xs, data)]
+
+
 def concatenate(xs, axis: int = 0):
     """Join a sequence of tensors along an existing axis."""
     xs = list(xs)
     if not xs:
         raise ShapeError("concatenate: needs at least one tensor")
-    return _concatenate(*xs, axis=normalize_axis(axis, np.ndim(_data(xs[0])))[0])
+    return _concatenate(*_promoted(xs), axis=normalize_axis(axis, np.ndim(_data(xs[0])))[0])
 
 
 def _stack_vjp(g, out, needs, *xs, axis):
@@ -374,7 +386,7 @@ def stack(xs, axis: int = 0, *, dim=None):
     xs = list(xs)
     if not xs:
         raise ShapeError("stack: needs at least one tensor")
-    return _stack(*xs, axis=normalize_axis(axis, np.ndim(_data(xs[0])) + 1)[0])
+    return _stack(*_promoted(xs), axis=normalize_axis(axis, np.ndim(_data(xs[0])) + 1)[0])
 
 
 # -- pad ---------------------------------------------------------------------------------------

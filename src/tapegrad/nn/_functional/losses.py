@@ -74,7 +74,7 @@ def _float_target(fname: str, target, logits: Tensor):
     if arr.dtype != logits.dtype:
         raise DTypeError(
             f"{fname}: target has dtype {arr.dtype}, logits have {logits.dtype}; cast one "
-            f"explicitly (tapegrad never promotes silently)"
+            f"explicitly (PyTorch would promote both to the larger; tapegrad's losses do not yet)"
         )
     return target if isinstance(target, Tensor) else arr
 
