@@ -183,7 +183,7 @@ def _check_train_args(args, preset) -> str:
             f"--momentum applies to sgd and rmsprop; {optimizer} (the "
             f"{'chosen' if args.optimizer else preset.name + ' default'}) has none"
         )
-    if args.momentum >= 1:
+    if args.momentum is not None and args.momentum >= 1:
         raise UserError(
             f"--momentum {args.momentum:g}: momentum must be below 1 (0.9 is usual); at 1 or "
             f"more every update grows without bound"

@@ -192,8 +192,12 @@ def test_open_regular_refuses_at_once_what_is_not_a_regular_file(tmp_path):
 
 
 #: Writes that must happen in place: a checkpoint folder's lock file is the file its owner
-#: holds a flock on, so it cannot be replaced by a rename (another run would lock the new one).
-IN_PLACE = {("tapegrad/train/dirlock.py", "acquire")}
+#: holds a flock on, so it cannot be replaced by a rename (another run would lock the new one);
+#: so is the kernel cache's compile lock (``kernels/jit.py``), an empty file that only carries it.
+IN_PLACE = {
+    ("tapegrad/train/dirlock.py", "acquire"),
+    ("tapegrad/autodiff/kernels/jit.py", "acquire"),
+}
 
 
 def test_every_file_write_is_atomic():
