@@ -1,4 +1,4 @@
-"""im2col and col2im for 2-d convolutions (1-d as height 1), compiled and parallel over channels.
+"""im2col and col2im for 2-d convolutions (1-d as height 1), compiled.
 
 ``im2col(x, cols, stride, padding, dilation)``: ``cols[c, kh, kw, n, oh, ow] =
 x[n, c, oh*sh + kh*dh - ph, ow*sw + kw*dw - pw]``, zero where that falls in the padding: the
@@ -10,8 +10,9 @@ convolution's columns laid out (C*KH*KW, N, OH*OW) so that one GEMM covers the b
 offsets in order (kh, kw) = (0, 0), (0, 1), ... for every element, the order of the NumPy
 reference, so results are the same bits.
 
-Both split the channels over the cores (numba's ``prange``): each channel's values are written
-by one thread, so no two threads touch the same element.
+Both are serial: split over the cores with numba's ``prange`` they ran 2-8x slower beside
+OpenBLAS's threads on this 2-core machine (each parallel region waited ~8 ms for sleeping
+workers; ``python benchmarks/conv_shapes.py`` with and without ``NUMBA_NUM_THREADS=1``).
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ except ImportError:  # pragma: no cover
 if numba is not None:
     from .jit import cached_jit
 
-    @cached_jit(boundscheck=False, nogil=True, parallel=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _im2col(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
         n_, c_, h_, w_ = x.shape
         kh_, kw_, oh_, ow_ = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
-        for c in numba.prange(c_):
+        for c in range(c_):
             for kh in range(kh_):
                 for kw in range(kw_):
                     for n in range(n_):
@@ -71,11 +72,11 @@ if numba is not None:
                                 iw = ow * sw + kw * dw - pw
                                 dst[ow] = src[iw] if 0 <= iw < w_ else 0
 
-    @cached_jit(boundscheck=False, nogil=True, parallel=True)
+    @cached_jit(boundscheck=False, nogil=True)
     def _col2im(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
         n_, c_, h_, w_ = gx.shape
         kh_, kw_, oh_, ow_ = gcols.shape[1], gcols.shape[2], gcols.shape[4], gcols.shape[5]
-        for c in numba.prange(c_):
+        for c in range(c_):
             for n in range(n_):
                 gx[n, c] = 0
             for kh in range(kh_):
