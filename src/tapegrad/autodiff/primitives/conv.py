@@ -15,9 +15,8 @@ the gradients a convolution needs in one fused primitive, through the direct ker
 CNN's channels-last input, through BLAS otherwise.
 
 How the forward computes: im2col through a strided view of the padded input (one window per
-output position, kernel offsets ``dilation`` apart) copied into ``cols`` (C*prod(K), N,
-prod(out)), then one GEMM per group with the flattened weight over the whole batch (a product
-per sample left BLAS's second thread idle on small ones); ``cols`` is saved for
+output position, kernel offsets ``dilation`` apart) copied into ``cols`` (N, C*prod(K),
+prod(out)), then one batched matmul per group with the flattened weight; ``cols`` is saved for
 the weight gradient. 1-d convolution at stride 1 without dilation or groups skips im2col: one
 matmul per kernel tap on shifted views, or, for a channels-last input, one GEMM of every tap
 with every input row whose products are then added at their shifts. The input gradient is
@@ -35,7 +34,6 @@ import numpy as np
 from ..backend import as_strided, cuda_kernels, is_array, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels import add_channel_bias, add_into, add_taps
-from ..kernels.im2col import col2im, im2col
 from . import samples as S
 from .registry import Sample, differentiating, primitive, run, scratch
 
@@ -127,69 +125,23 @@ def _grouped(a: np.ndarray, groups: int, axis: int) -> np.ndarray:
     return a.reshape(a.shape[:axis] + (groups, a.shape[axis] // groups) + a.shape[axis + 1 :])
 
 
-def _cols_shape(x_shape, ksize, out_shape) -> tuple:
-    """The im2col columns' shape: (C*prod(K), N, prod(out)), every sample's columns side by
-    side, so that one GEMM covers the whole batch."""
-    return (x_shape[1] * math.prod(ksize), x_shape[0], math.prod(out_shape))
-
-
-def _compiled(x, padding) -> bool:
-    """Whether the compiled im2col/col2im kernels serve ``x``: a CPU float array, 1-d or 2-d
-    (any padding: the kernels take the leading side, the trailing one follows from the
-    shapes)."""
-    return type(x) is np.ndarray and x.dtype.kind == "f" and x.ndim in (3, 4)
-
-
-def _as4(a: np.ndarray) -> np.ndarray:
-    return a[:, :, None, :] if a.ndim == 3 else a
-
-
-def _pairs2(stride, padding, dilation) -> tuple:
-    """The geometry as the 2-d kernels take it (a 1-d convolution is one of height 1)."""
-    if len(stride) == 1:
-        return (1, stride[0]), (0, padding[0][0]), (1, dilation[0])
-    return tuple(stride), (padding[0][0], padding[1][0]), tuple(dilation)
-
-
-def _cols6(cols, ksize, n, out_shape) -> np.ndarray:
-    k2 = (1, *ksize) if len(ksize) == 1 else tuple(ksize)
-    o2 = (1, *out_shape) if len(out_shape) == 1 else tuple(out_shape)
-    return cols.reshape((cols.shape[0] // math.prod(k2), *k2, n, *o2))
-
-
 def _im2col(x, ksize, stride, padding, dilation, out_shape, cols, ws) -> np.ndarray:
-    if _compiled(x, padding):
-        im2col(
-            _as4(x), _cols6(cols, ksize, x.shape[0], out_shape), *_pairs2(stride, padding, dilation)
-        )
-        return cols
     buf = None
     if ws is not None and any(lo or hi for lo, hi in padding):
         buf = ws.array("xp", _padded_shape(x.shape, padding), x.dtype, like=x)
     window = _windows(_padded(x, padding, buf), ksize, stride, dilation, out_shape)
-    d = len(ksize)  # window axes (N, C, *K, *out) -> (C, *K, N, *out)
-    order = (1, *range(2, 2 + d), 0, *range(2 + d, 2 + 2 * d))
-    np.copyto(cols.reshape(tuple(window.shape[i] for i in order)), window.transpose(order))
+    np.copyto(cols.reshape(window.shape), window)
     return cols
 
 
 def _col2im(gcols, target, ksize, stride, dilation, out_shape) -> None:
-    """Add the column gradient (C*prod(K), N, prod(out)) into ``target`` (the padded input's
+    """Add the column gradient (N, C*prod(K), prod(out)) into ``target`` (the padded input's
     shape, zeroed), one strided slice per kernel offset."""
     n, c = target.shape[:2]
-    gc = gcols.reshape((c,) + tuple(ksize) + (n,) + tuple(out_shape))
+    gc = gcols.reshape((n, c) + tuple(ksize) + tuple(out_shape))
     for offs in itertools.product(*(range(k) for k in ksize)):
         view = target[_offset_slices(offs, stride, dilation, out_shape)]
-        np.add(view, gc[(slice(None),) + offs].swapaxes(0, 1), out=view)
-
-
-def _by_channel(g, ws, key: str = "gT") -> np.ndarray:
-    """The output gradient (N, O, *out) as (O, N*prod(out)): the GEMM operand of both
-    gradients (a copy, kept in ``ws``)."""
-    n, o, p = g.shape[0], g.shape[1], math.prod(g.shape[2:])
-    gt = scratch(ws, key, (o, n, p), g.dtype, like=g)
-    np.copyto(gt, g.reshape(n, o, p).transpose(1, 0, 2))
-    return gt.reshape(o, n * p)
+        np.add(view, gc[(slice(None), slice(None)) + offs], out=view)
 
 
 # -- conv --------------------------------------------------------------------------------------
@@ -225,20 +177,19 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
             for s, k, st, (lo, hi), d in zip(x.shape[2:], ksize, stride, padding, dilation)
         )
         if saved is None:
-            saved = xp_of(x).empty(_cols_shape(x.shape, ksize, out_shape), x.dtype)
+            shape = (n, x.shape[1] * math.prod(ksize), math.prod(out_shape))
+            saved = xp_of(x).empty(shape, x.dtype)
         cols = _im2col(x, ksize, stride, padding, dilation, out_shape, saved, ws)
         if res is None:
             res = xp_of(x).empty((n, o) + out_shape, x.dtype)
-        # one GEMM over the whole batch (N small products left a core idle), then (O, N, P)
-        # laid out as (N, O, P)
-        p = cols.shape[2]
-        z = scratch(ws, "z", (o, n * p), x.dtype, like=x)
-        np.matmul(
-            _grouped(w.reshape(o, -1), groups, 0),
-            cols.reshape(groups, -1, n * p),
-            out=z.reshape(groups, o // groups, n * p),
-        )
-        np.copyto(res.reshape(n, o, p), z.reshape(o, n, p).transpose(1, 0, 2))
+        if groups == 1:
+            np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
+        else:
+            np.matmul(
+                _grouped(w.reshape(o, -1), groups, 0),
+                _grouped(cols, groups, 1),
+                out=_grouped(res.reshape(n, o, -1), groups, 1),
+            )
         kept = (cols,)
     if bias:
         r3 = res.reshape(n, o, -1)
@@ -379,35 +330,34 @@ def direct_backward_sparse(g) -> bool:
     return 4 * np.count_nonzero(g) <= g.size
 
 
-def _input_grad(g, gt, w, gx, stride, padding, dilation, groups, ws, cols_shape):
-    """``gx`` (the input's shape) <- col2im(W^T g); ``gt`` is g as (O, N*prod(out))
-    (``_by_channel``): one GEMM per group over the whole batch."""
-    o = w.shape[0]
+def _input_grad(g, w, target, x_shape, stride, padding, dilation, groups, ws, cols_shape):
+    """``target`` (the padded input's shape) <- col2im(W^T g), zeroed first."""
+    n, o = g.shape[:2]
+    g2 = g.reshape(n, o, -1)
     gcols = scratch(ws, "gcols", cols_shape, g.dtype, like=g)
-    wt = np.swapaxes(_grouped(w.reshape(o, -1), groups, 0), 1, 2)  # (G, C/G*K, O/G)
-    np.matmul(wt, _grouped(gt, groups, 0), out=gcols.reshape(groups, -1, gt.shape[1]))
-    if _compiled(gx, padding):
-        cols6 = _cols6(gcols, w.shape[2:], gx.shape[0], g.shape[2:])
-        col2im(cols6, _as4(gx), *_pairs2(stride, padding, dilation))
-        return
-    padded = any(lo or hi for lo, hi in padding)
-    target = scratch(ws, "gxp", _padded_shape(gx.shape, padding), g.dtype, like=g) if padded else gx
+    if groups == 1:
+        np.matmul(w.reshape(o, -1).T, g2, out=gcols)
+    else:
+        wt = np.swapaxes(_grouped(w.reshape(o, -1), groups, 0), 1, 2)  # (G, C/G*K, O/G)
+        np.matmul(wt, _grouped(g2, groups, 1), out=_grouped(gcols, groups, 1))
     target.fill(0)
     _col2im(gcols, target, w.shape[2:], stride, dilation, g.shape[2:])
-    if target is not gx:
-        np.copyto(gx, target[_interior(padding, gx.shape)])
 
 
-def _weight_grad(gt, cols, gw, groups, ws) -> None:
-    """``gw`` <- g @ cols^T per group, over the whole batch at once (``gt``: g as
-    (O, N*prod(out)), ``cols``: (C*prod(K), N, prod(out))). Computed as its transpose
-    cols @ g^T: with the batch as the inner dimension, BLAS splits that product over its
-    threads and the other way round it does not (8x here on MNIST's shapes)."""
-    o, m = gw.shape[0], gt.shape[1]
-    ck = cols.shape[0] // groups
-    tmp = scratch(ws, "gwT", (groups, ck, o // groups), gt.dtype, like=gt)
-    np.matmul(cols.reshape(groups, ck, m), _grouped(gt, groups, 0).transpose(0, 2, 1), out=tmp)
-    np.copyto(gw.reshape(groups, o // groups, ck), tmp.transpose(0, 2, 1))
+def _weight_grad(g, cols, gw, groups, ws) -> None:
+    """``gw`` <- sum over the batch of g @ cols^T, per group."""
+    n, o = g.shape[:2]
+    g2 = g.reshape(n, o, -1)
+    tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1] // groups), g.dtype, like=g)
+    if groups == 1:
+        np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
+    else:
+        np.matmul(
+            _grouped(g2, groups, 1),
+            np.swapaxes(_grouped(cols, groups, 1), 2, 3),
+            out=_grouped(tmp, groups, 1),
+        )
+    np.sum(tmp, axis=0, out=gw.reshape(o, -1))
 
 
 def _conv_backward_fwd(
@@ -441,14 +391,16 @@ def _conv_backward_fwd(
         return grads
     if gb is not None:
         np.sum(g, axis=(0,) + tuple(range(2, g.ndim)), out=gb)
+    padded = any(lo or hi for lo, hi in padding)
+    target = None
+    if gx is not None:
+        shape = _padded_shape(x.shape, padding)
+        target = scratch(ws, "gxp", shape, g.dtype, like=g) if padded else gx
     if _shifted(x, stride, dilation, groups):
         xp = saved[0] if saved else x
         length = g.shape[2]
         wk = _taps(w, ws)
         if gx is not None:
-            padded = any(lo or hi for lo, hi in padding)
-            shape = _padded_shape(x.shape, padding)
-            target = scratch(ws, "gxp", shape, g.dtype, like=g) if padded else gx
             target.fill(0)
             tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype, like=g)
             kernels = cuda_kernels(g)
@@ -456,8 +408,6 @@ def _conv_backward_fwd(
                 (kernels.add_into if kernels else add_into)(
                     target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp)
                 )
-            if target is not gx:
-                np.copyto(gx, target[_interior(padding, x.shape)])
         if gw is not None:
             tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype, like=g)
             for k in range(w.shape[2]):
@@ -468,11 +418,12 @@ def _conv_backward_fwd(
                 )
     else:
         (cols,) = saved
-        gt = _by_channel(g, ws)
         if gx is not None:
-            _input_grad(g, gt, w, gx, stride, padding, dilation, groups, ws, cols.shape)
+            _input_grad(g, w, target, x.shape, stride, padding, dilation, groups, ws, cols.shape)
         if gw is not None:
-            _weight_grad(gt, cols, gw, groups, ws)
+            _weight_grad(g, cols, gw, groups, ws)
+    if gx is not None and target is not gx:
+        np.copyto(gx, target[_interior(padding, x.shape)])
     return grads
 
 
@@ -536,8 +487,15 @@ def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, ou
     c = w.shape[1] * groups
     shape = (n, c) + tuple(size)
     res = xp_of(y).empty(shape, y.dtype) if out is None else out
-    cols_shape = _cols_shape(shape, w.shape[2:], y.shape[2:])
-    _input_grad(y, _by_channel(y, ws), w, res, stride, padding, dilation, groups, ws, cols_shape)
+    cols_shape = (n, c * math.prod(w.shape[2:]), math.prod(y.shape[2:]))
+    target = (
+        scratch(ws, "xp", _padded_shape(shape, padding), y.dtype, like=y)
+        if any(lo or hi for lo, hi in padding)
+        else res
+    )
+    _input_grad(y, w, target, shape, stride, padding, dilation, groups, ws, cols_shape)
+    if target is not res:
+        np.copyto(res, target[_interior(padding, shape)])
     if bias:
         r3 = res.reshape(n, c, -1)
         _channel_bias(r3, bias[0])
@@ -576,9 +534,10 @@ def _conv_weight_fwd(x, g, ksize, stride, padding, dilation, groups, out=None, w
     """The weight's gradient of ``conv(x, w)`` for the output gradient g (O, C/G, *ksize)."""
     n, o = g.shape[:2]
     gw = xp_of(g).empty((o, x.shape[1] // groups) + tuple(ksize), g.dtype) if out is None else out
-    cols = scratch(ws, "cols", _cols_shape(x.shape, ksize, g.shape[2:]), x.dtype, like=x)
+    shape = (n, x.shape[1] * math.prod(ksize), math.prod(g.shape[2:]))
+    cols = scratch(ws, "cols", shape, x.dtype, like=x)
     _im2col(x, ksize, stride, padding, dilation, g.shape[2:], cols, ws)
-    _weight_grad(_by_channel(g, ws), cols, gw, groups, ws)
+    _weight_grad(g, cols, gw, groups, ws)
     return gw
 
 
