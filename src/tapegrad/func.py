@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .autodiff import Tensor, enable_grad, gradients, ops
+from .autodiff.functional import _argnums
 
 __all__ = [
     "grad",
@@ -88,15 +89,6 @@ def _track(x) -> Tensor:
     if t.data.dtype.kind != "f":
         raise TypeError(f"func: can only differentiate with respect to float inputs, got {t.dtype}")
     return t.requires_grad_()
-
-
-def _argnums(argnums, n: int) -> tuple[tuple[int, ...], bool]:
-    single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
-    for a in nums:
-        if not -n <= a < n:
-            raise ValueError(f"func: argnums {a} is out of range for a call with {n} args")
-    return tuple(a % n for a in nums), single
 
 
 def _prepare(args, nums):

@@ -253,31 +253,30 @@ def _first_bad(a: np.ndarray) -> int:
     return int(np.argmax(bad))
 
 
-def _features(arrays: dict, key: str, shown: str) -> np.ndarray:
-    a = arrays[key]
-    if a.dtype.kind in "biu":
-        return a  # token ids stay integers; other models convert (see fit_features)
+def _finite_float32(a: np.ndarray, what: str, advice: str = "") -> np.ndarray:
+    """``a`` as contiguous float32, refused naming its first sample with NaN or Inf (or a value
+    beyond float32's range)."""
     with np.errstate(over="ignore"):  # a value beyond float32's range: named just below
         a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
         raise DatasetError(
-            f"{shown}: data problem: {key} holds NaN or Inf (first in sample {_first_bad(a)}, "
-            f"or a value beyond float32's range); fix or drop those samples"
+            f"{what} NaN or Inf (first in sample {_first_bad(a)}, or a value beyond float32's "
+            f"range){advice}"
         )
     return a
+
+
+def _features(arrays: dict, key: str, shown: str) -> np.ndarray:
+    a = arrays[key]
+    if a.dtype.kind in "biu":
+        return a  # token ids stay integers; other models convert (see fit_features)
+    return _finite_float32(a, f"{shown}: data problem: {key} holds", "; fix or drop those samples")
 
 
 def _targets(arrays: dict, key: str, shown: str) -> np.ndarray:
     a = arrays[key]
     if a.dtype.kind == "f":
-        with np.errstate(over="ignore"):
-            a32 = np.ascontiguousarray(a, dtype=np.float32)
-        if not np.isfinite(a32).all():
-            raise DatasetError(
-                f"{shown}: data problem: the float targets {key} hold NaN or Inf (first in "
-                f"sample {_first_bad(a32)})"
-            )
-        return a32
+        return _finite_float32(a, f"{shown}: data problem: the float targets {key} hold")
     if a.ndim != 1 or a.min() < 0:
         raise DatasetError(f"{shown}: labels must be integers >= 0 in a (N,) array")
     top = int(a.max())  # a Python int: a uint64 of 2**64-1 stays that, it does not wrap

@@ -30,6 +30,15 @@ def _pattern(d: int, channels) -> tuple:
     return ("N", channels, "L") if d == 1 else ("N", channels, "H", "W")
 
 
+def _make_parameters(layer, shape, bias, dtype, init, rng, device, name) -> None:
+    """``layer.weight`` of ``shape`` and ``layer.bias`` (out_channels,) or None, initialised."""
+    layer.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
+    layer.bias = Parameter(np.zeros(layer.out_channels, dtype=float_dtype(dtype))) if bias else None
+    _init.layer_init_(layer.weight, layer.bias, init, rng, name)
+    if device is not None and str(device) != "cpu":
+        raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
+
+
 class _ConvNd(Module):
     d = 1
 
@@ -78,13 +87,7 @@ class _ConvNd(Module):
             raise ValueError(f"{name}: padding='same' needs stride 1, got {self.stride}")
         self.padding_mode = padding_mode
         shape = (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
-        self.bias = (
-            Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
-        )
-        _init.layer_init_(self.weight, self.bias, init, rng, name)
-        if device is not None and str(device) != "cpu":
-            raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
+        _make_parameters(self, shape, bias, dtype, init, rng, device, name)
 
     def _pad_pairs(self) -> tuple:
         if self.padding == "valid":
@@ -177,13 +180,7 @@ class _ConvTransposeNd(Module):
         self.output_padding = _tuple(output_padding, d, f"{name} output_padding")
         self.dilation = _tuple(dilation, d, f"{name} dilation")
         shape = (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
-        self.weight = Parameter(np.empty(shape, dtype=float_dtype(dtype)))
-        self.bias = (
-            Parameter(np.zeros(self.out_channels, dtype=float_dtype(dtype))) if bias else None
-        )
-        _init.layer_init_(self.weight, self.bias, init, rng, name)
-        if device is not None and str(device) != "cpu":
-            raise ValueError(f"{name}: parameters are made on the CPU; got device {device!r}")
+        _make_parameters(self, shape, bias, dtype, init, rng, device, name)
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         check_input(self, x, _pattern(self.d, self.in_channels), {1: self.in_channels})

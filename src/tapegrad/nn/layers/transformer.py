@@ -23,6 +23,28 @@ from .normalization import LayerNorm
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def _activation(fn, owner: str):
+    if not isinstance(fn, str):
+        return fn
+    if fn not in _ACTIVATIONS:
+        raise ValueError(f"{owner}: activation must be 'relu', 'gelu' or a callable, got {fn!r}")
+    return _ACTIVATIONS[fn]
+
+
+def _copies(layer: Module, n: int, owner: str) -> ModuleList:
+    """``n`` deep copies of ``layer``, each drawing dropout masks of its own."""
+    if int(n) != n or n < 1:
+        raise ValueError(f"{owner}: num_layers must be >= 1, got {n!r}")
+    layers = []
+    for _ in range(int(n)):
+        c = copy.deepcopy(layer)
+        for m in c.modules():
+            if isinstance(getattr(m, "rng", None), np.random.Generator):
+                m.rng = np.random.default_rng(init.default_generator().integers(2**63))
+        layers.append(c)
+    return ModuleList(layers)
+
+
 class TransformerEncoderLayer(Module):
     """``x + dropout(self_attn(x))`` then ``x + dropout(linear2(dropout(act(linear1(x)))))``,
     each followed by a LayerNorm (``norm_first=False``) or applied to the LayerNorm of ``x``
@@ -47,13 +69,7 @@ class TransformerEncoderLayer(Module):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
-                raise ValueError(
-                    f"TransformerEncoderLayer: activation must be 'relu', 'gelu' or a "
-                    f"callable, got {activation!r}"
-                )
-            activation = _ACTIVATIONS[activation]
+        activation = _activation(activation, "TransformerEncoderLayer")
         kw = {"dtype": dtype, "device": device}
         self.self_attn = MultiheadAttention(
             d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, rng=rng, **kw
@@ -101,16 +117,7 @@ class TransformerEncoder(Module):
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm=None):
         super().__init__()
-        if int(num_layers) != num_layers or num_layers < 1:
-            raise ValueError(f"TransformerEncoder: num_layers must be >= 1, got {num_layers!r}")
-        layers = []
-        for _ in range(int(num_layers)):
-            layer = copy.deepcopy(encoder_layer)
-            for m in layer.modules():  # each copy draws dropout masks of its own
-                if isinstance(getattr(m, "rng", None), np.random.Generator):
-                    m.rng = np.random.default_rng(init.default_generator().integers(2**63))
-            layers.append(layer)
-        self.layers = ModuleList(layers)
+        self.layers = _copies(encoder_layer, num_layers, "TransformerEncoder")
         self.num_layers = int(num_layers)
         self.norm = norm
 

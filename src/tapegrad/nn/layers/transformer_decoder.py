@@ -6,7 +6,6 @@ PyTorch's state dicts load 1:1."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -14,34 +13,12 @@ import numpy as np
 from ...autodiff.backend import float_dtype
 from ...autodiff.tensor import Tensor
 from .. import init
-from ..module import Module, ModuleList
+from ..module import Module
 from .attention import MultiheadAttention
 from .dropout import Dropout
 from .linear import Linear
 from .normalization import LayerNorm
-from .transformer import _ACTIVATIONS, TransformerEncoder, TransformerEncoderLayer
-
-
-def _activation(fn, owner: str):
-    if not isinstance(fn, str):
-        return fn
-    if fn not in _ACTIVATIONS:
-        raise ValueError(f"{owner}: activation must be 'relu', 'gelu' or a callable, got {fn!r}")
-    return _ACTIVATIONS[fn]
-
-
-def _copies(layer: Module, n: int, owner: str) -> ModuleList:
-    """``n`` deep copies of ``layer``, each drawing dropout masks of its own."""
-    if int(n) != n or n < 1:
-        raise ValueError(f"{owner}: num_layers must be >= 1, got {n!r}")
-    layers = []
-    for _ in range(int(n)):
-        c = copy.deepcopy(layer)
-        for m in c.modules():
-            if isinstance(getattr(m, "rng", None), np.random.Generator):
-                m.rng = np.random.default_rng(init.default_generator().integers(2**63))
-        layers.append(c)
-    return ModuleList(layers)
+from .transformer import TransformerEncoder, TransformerEncoderLayer, _activation, _copies
 
 
 class TransformerDecoderLayer(Module):
