@@ -95,6 +95,11 @@ class FolderLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 owner = _owner(fd)
+                for _ in range(20):  # the holder writes its record just after taking the lock
+                    if "pid" in owner:
+                        break
+                    time.sleep(0.05)
+                    owner = _owner(fd)
                 os.close(fd)
                 self._tidy()
                 raise FolderLocked(
