@@ -47,12 +47,16 @@ case "$step" in
 tests | all)
     # the cudasim suite on the GPU, run directly so each failure is in the log (tests/gpu's first
     # test runs the same suite in a subprocess and is left out here), then tests/gpu's own tests
+    # (SIGINT at the limit: pytest still prints the failures it has seen; GPU_TESTS_ARGS adds
+    # options to the cudasim run, e.g. "-n 4" with pytest-xdist)
     set +e
-    TAPEGRAD_TEST_GPU=1 timeout "${GPU_TESTS_TIMEOUT:-900}" "$PY" -m pytest -q -rfE --tb=short \
-        -p no:cacheprovider tests/cudasim 2>&1 | tee "$RESULTS/tests.log"
-    timeout "${GPU_TESTS_TIMEOUT:-900}" "$PY" -m pytest -q -rfEs --tb=short -p no:cacheprovider \
-        tests/gpu --deselect tests/gpu/test_gpu.py::test_the_cuda_suite_on_the_gpu 2>&1 |
-        tee -a "$RESULTS/tests.log"
+    # shellcheck disable=SC2086
+    TAPEGRAD_TEST_GPU=1 timeout -s INT -k 20 "${GPU_TESTS_TIMEOUT:-900}" "$PY" -m pytest -q -rfE \
+        --tb=short -p no:cacheprovider ${GPU_TESTS_ARGS:-} tests/cudasim 2>&1 |
+        tee "$RESULTS/tests.log"
+    timeout -s INT -k 20 "${GPU_TESTS_TIMEOUT:-900}" "$PY" -m pytest -q -rfEs --tb=short \
+        -p no:cacheprovider tests/gpu --deselect tests/gpu/test_gpu.py::test_the_cuda_suite_on_the_gpu \
+        2>&1 | tee -a "$RESULTS/tests.log"
     set -e
     ;;&
 train | all)
