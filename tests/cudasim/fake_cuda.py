@@ -211,6 +211,28 @@ class DeviceArray:
 _HOST_IN = {"asarray", "array", "asanyarray"}  # the module's functions that copy host data in
 
 
+def _add_at(a, index, values):
+    np.add.at(a._a, _strict(index, "xp.add.at"), _strict(values, "xp.add.at"))
+
+
+def _rounding_at(ufunc):
+    def at(a, index, values):
+        """CuPy 14.2's maximum.at/minimum.at on float64 (seen on an H200): through float32."""
+        tmp = a._a.astype(np.float32)
+        ufunc.at(tmp, _strict(index, "xp.at"), np.float32(_strict(values, "xp.at")))
+        a._a[...] = tmp
+
+    return at
+
+
+_SCATTERS = {
+    "add": _add_at,
+    "maximum": _rounding_at(np.maximum),
+    "minimum": _rounding_at(np.minimum),
+}
+"""The module's scatters (``xp.add.at``, ...) as CuPy 14.2 has them."""
+
+
 class _Module:
     """NumPy as the stand-in device's module: what it makes is a device array."""
 
@@ -238,6 +260,8 @@ class _Module:
                 r = r.copy()  # a copy onto the device, never the host array itself
             return _wrap(r)
 
+        if name in _SCATTERS:
+            fn.at = _SCATTERS[name]
         return fn
 
     ndarray = DeviceArray

@@ -353,16 +353,16 @@ def _index_to(index, dev: Device):
 
 def ufunc_at(ufunc, a, index, values) -> None:
     """``ufunc.at(a, index, values)`` (unbuffered: repeated positions all apply) on ``a``'s
-    device. CuPy refuses ``np.add.at`` with a tuple index (it returns NotImplemented), so a
-    device array goes to its module's own ufunc with the index moved beside it; ufuncs that
-    have no scatter there (CuPy: only add, subtract, maximum and minimum do) run on a host
-    copy, written back."""
+    device. CuPy refuses ``np.add.at`` with a tuple index (it returns NotImplemented), so an
+    add on a device array goes to its module's own ``add.at`` with the index moved beside it;
+    every other ufunc runs on a host copy, written back (CuPy 14.2 has no ``multiply.at``, and
+    its ``maximum.at``/``minimum.at`` rounded float64 values to float32 on an H200)."""
     if type(a) is np.ndarray:
         ufunc.at(a, index, values)
         return
     dev = device_of(a)
     values = copy_to_device(values, dev) if is_array(values) else values
-    own = getattr(getattr(dev.xp, ufunc.__name__, None), "at", None)
+    own = getattr(getattr(dev.xp, "add", None), "at", None) if ufunc is np.add else None
     if own is not None:
         try:
             own(a, _index_to(index, dev), values)
