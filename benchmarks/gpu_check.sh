@@ -4,9 +4,9 @@
 # the repository root, with the data packed by benchmarks/gpu_data.py in .gpu-data/:
 #
 #   here:   python benchmarks/gpu_data.py .gpu-data && echo /.gpu-data/ >> .git/info/exclude
-#   there:  bash benchmarks/gpu_check.sh tests      # 1. the GPU tests        (~3 min)
-#           bash benchmarks/gpu_check.sh train      # 2. every seed preset
-#           bash benchmarks/gpu_check.sh bench [gpu_bench.py's options]   # 3. BENCHMARKS.md's table
+#   there:  bash benchmarks/gpu_check.sh tests      # 1. the GPU tests (H200: 95 s, -n 6)
+#           bash benchmarks/gpu_check.sh train      # 2. every seed preset (H200: 35 s)
+#           bash benchmarks/gpu_check.sh bench [gpu_bench.py's options]   # 3. the table (~3 min)
 #
 # (with the device tool: run(command="bash benchmarks/gpu_check.sh tests", carry=[".gpu-data"]),
 # one call per step, each under the tool's 10 minutes). Results go to $OUT (the device tool's
