@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -169,11 +170,13 @@ def bench(name: str, epochs: int, compiled_peer: bool) -> dict:
             "steady": steady, "losses": losses}  # fmt: skip
 
 
+LABELS = ["tapegrad compiled", "PyTorch CUDA eager", "PyTorch torch.compile"]
+
+
 def markdown(results: list[dict], device: str, epochs: int) -> str:
-    labels = list(results[0]["steady"])
-    head = "| workload | batch | " + " | ".join(labels) + " | tapegrad / eager |"
-    if len(labels) > 2:
-        head = head[:-1] + " tapegrad / torch.compile |"
+    """The table; a framework left out of a workload (or a workload that failed) shows '-'."""
+    head = "| workload | batch | " + " | ".join(LABELS) + " | tapegrad / eager |"
+    head += " tapegrad / torch.compile |"
     lines = [
         f"GPU: {device}; steady epoch (median of epochs 2-{epochs}), seconds; first epochs "
         f"(with compilation) in parentheses.",
@@ -182,13 +185,13 @@ def markdown(results: list[dict], device: str, epochs: int) -> str:
         "|" + "---|" * (head.count("|") - 1),
     ]
     for r in results:
+        if "error" in r:
+            lines.append(f"| {r['name']} | - | failed: {r['error']} |" + " - |" * 4)
+            continue
         s, f = r["steady"], r["first"]
-        cells = [f"{s[k]:.3f} ({f[k]:.1f})" for k in labels]
-        ratios = [s[labels[0]] / s[labels[1]]]
-        if len(labels) > 2:
-            ratios.append(s[labels[0]] / s[labels[2]])
-        row = f"| {r['name']} | {r['batch']} | " + " | ".join(cells) + " | "
-        lines.append(row + " | ".join(f"{q:.2f}x" for q in ratios) + " |")
+        cells = [f"{s[k]:.3f} ({f[k]:.1f})" if k in s else "-" for k in LABELS]
+        ratios = [f"{s[LABELS[0]] / s[k]:.2f}x" if k in s else "-" for k in LABELS[1:]]
+        lines.append(f"| {r['name']} | {r['batch']} | " + " | ".join(cells + ratios) + " |")
     return "\n".join(lines)
 
 
@@ -197,23 +200,33 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default=",".join(PRESETS + [WIDE]))
     ap.add_argument("--epochs", type=int, default=3, help="epochs per framework (default 3)")
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
-    ap.add_argument("--markdown", help="also write the table to this file")
+    ap.add_argument(
+        "--compile-workloads",
+        help="only these workloads (comma-separated) also run torch.compile (default: all)",
+    )
+    ap.add_argument("--markdown", help="also write the table to this file (after each workload)")
     args = ap.parse_args(argv)
     if not tg.cuda.is_available():
         sys.exit(f"gpu_bench: {tg.cuda.unavailable_reason()}")
     import cupy
     import torch
 
-    device = torch.cuda.get_device_name(0)
+    device = f"{torch.cuda.get_device_name(0)}, CuPy {cupy.__version__}, torch {torch.__version__}"
+    compiled = None if args.compile_workloads is None else args.compile_workloads.split(",")
     results = []
     for name in args.workloads.split(","):
-        r = bench(name, args.epochs, not args.no_compile)
+        peer = not args.no_compile and (compiled is None or name in compiled)
+        try:
+            r = bench(name, args.epochs, peer)
+            print(name, {k: round(v, 4) for k, v in r["steady"].items()}, r["losses"], flush=True)
+        except Exception as e:  # one workload's failure still leaves the others' rows
+            traceback.print_exc()
+            r = {"name": name, "error": f"{type(e).__name__}: {str(e)[:120]}"}
         results.append(r)
-        print(name, {k: round(v, 4) for k, v in r["steady"].items()}, r["losses"], flush=True)
-    table = markdown(results, f"{device}, CuPy {cupy.__version__}", args.epochs)
+        table = markdown(results, device, args.epochs)
+        if args.markdown:
+            Path(args.markdown).write_text(table + "\n")
     print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
     return 0
 
 

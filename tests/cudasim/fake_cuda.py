@@ -106,6 +106,12 @@ class DeviceArray:
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         where = f"np.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+        # what CuPy 14.2 refuses (seen on an H200): np.add.at with a tuple index (NotImplemented:
+        # a TypeError), and accumulate for all but add and multiply
+        if method == "at" and isinstance(inputs[1], tuple):
+            return NotImplemented
+        if method == "accumulate" and ufunc not in (np.add, np.multiply):
+            raise NotImplementedError(f"`cupy_{ufunc.__name__}.accumulate` is not supported yet")
         args = _strict(inputs, where)
         outs = kwargs.get("out")
         kwargs = _strict(kwargs, where)
@@ -117,6 +123,8 @@ class DeviceArray:
     def __array_function__(self, func, types_, args, kwargs):
         where = f"np.{func.__name__}"
         out = kwargs.get("out")
+        if func in (np.min, np.amin) and out is not None:  # CuPy 14.2 hands out= to CUB as dtype
+            raise TypeError("np.min(..., out=...): CuPy 14.2 passes out to its reduction as dtype")
         r = func(*_strict(args, where), **_strict(kwargs, where))
         if out is not None and isinstance(out, DeviceArray):
             return out
@@ -203,6 +211,28 @@ class DeviceArray:
 _HOST_IN = {"asarray", "array", "asanyarray"}  # the module's functions that copy host data in
 
 
+def _add_at(a, index, values):
+    np.add.at(a._a, _strict(index, "xp.add.at"), _strict(values, "xp.add.at"))
+
+
+def _rounding_at(ufunc):
+    def at(a, index, values):
+        """CuPy 14.2's maximum.at/minimum.at on float64 (seen on an H200): through float32."""
+        tmp = a._a.astype(np.float32)
+        ufunc.at(tmp, _strict(index, "xp.at"), np.float32(_strict(values, "xp.at")))
+        a._a[...] = tmp
+
+    return at
+
+
+_SCATTERS = {
+    "add": _add_at,
+    "maximum": _rounding_at(np.maximum),
+    "minimum": _rounding_at(np.minimum),
+}
+"""The module's scatters (``xp.add.at``, ...) as CuPy 14.2 has them."""
+
+
 class _Module:
     """NumPy as the stand-in device's module: what it makes is a device array."""
 
@@ -219,6 +249,8 @@ class _Module:
 
         def fn(*args, **kwargs):
             where = f"xp.{name}"
+            if name == "indices" and "sparse" in kwargs:  # as CuPy's
+                raise TypeError("indices() got an unexpected keyword argument 'sparse'")
             if strict:
                 args, kwargs = _strict(args, where), _strict(kwargs, where)
             else:
@@ -228,6 +260,8 @@ class _Module:
                 r = r.copy()  # a copy onto the device, never the host array itself
             return _wrap(r)
 
+        if name in _SCATTERS:
+            fn.at = _SCATTERS[name]
         return fn
 
     ndarray = DeviceArray

@@ -189,3 +189,24 @@ def test_cli_trains_and_evaluates_on_cuda(tmp_path, capsys):
     assert main(["evaluate", str(weights), "--dataset", str(data)]) == 0
     cpu_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert gpu_line.split("accuracy")[1] == cpu_line.split("accuracy")[1]
+
+
+@pytest.mark.parametrize("ufunc", [np.add, np.maximum, np.minimum, np.multiply])
+def test_ufunc_at_on_the_device_is_the_hosts_bit_for_bit(ufunc):
+    """backend.ufunc_at (the scatter of index_put, scatter_add, scatter_reduce, getitem's
+    gradient): repeated positions, a tuple index with a slice, float64 kept whole (CuPy 14.2's
+    maximum.at rounded float64 to float32 on an H200; np.add.at refused a tuple index)."""
+    rng = np.random.default_rng(3)
+    host = rng.normal(size=(3, 5))
+    index = (slice(None), np.array([0, 2, 2, 4, 0]))
+    values = rng.normal(size=(3, 5))
+    want = host.copy()
+    ufunc.at(want, index, values)
+    dev = backend.get_device("cuda")
+    a = backend.copy_to_device(host, dev)
+    backend.ufunc_at(ufunc, a, (index[0], backend.copy_to_device(index[1], dev)), values)
+    got = backend.to_host(a)
+    if ufunc is np.add:  # atomics: repeated positions add in any order
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
+    else:
+        np.testing.assert_array_equal(got, want)

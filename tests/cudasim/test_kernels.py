@@ -25,6 +25,30 @@ def test_runs_where_the_mode_says():
     assert gpu.SIMULATED == (os.environ.get("NUMBA_ENABLE_CUDASIM") == "1")
 
 
+def test_numpy_aliases_numba_cuda_reads_are_bound_only_while_its_registry_loads():
+    """numba-cuda 0.30.4 reads np.row_stack, which NumPy 2.5 removed, when its first kernel
+    compiles (every launch failed on an H200 with NumPy 2.5.2): the alias is lent while the
+    registry loads, taken back after (also when loading fails), and a present one is kept."""
+    from types import SimpleNamespace
+
+    from tapegrad.autodiff.kernels.cuda import launch
+
+    numpy = SimpleNamespace(vstack=np.vstack)
+    seen = []
+    launch.with_removed_numpy_aliases(lambda: seen.append(numpy.row_stack), numpy=numpy)
+    assert seen == [np.vstack] and not hasattr(numpy, "row_stack")
+
+    def fails():
+        raise ImportError("registry")
+
+    with pytest.raises(ImportError):
+        launch.with_removed_numpy_aliases(fails, numpy=numpy)
+    assert not hasattr(numpy, "row_stack")
+    numpy.row_stack = own = object()
+    launch.with_removed_numpy_aliases(lambda: None, numpy=numpy)
+    assert numpy.row_stack is own
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (4, 9, 1)])
 def test_add_channel_bias(shape):
     rng = np.random.default_rng(0)

@@ -335,6 +335,61 @@ def _cuda_view(a):
     return v
 
 
+def sparse_indices(shape, like=None) -> tuple:
+    """``np.indices(shape, sparse=True)`` on ``like``'s device: one ``arange`` per axis, shaped
+    to broadcast along it (CuPy's ``indices`` has no ``sparse``)."""
+    xp = xp_of(like)
+    last = len(shape) - 1
+    return tuple(
+        xp.arange(n).reshape((1,) * k + (n,) + (1,) * (last - k)) for k, n in enumerate(shape)
+    )
+
+
+def _index_to(index, dev: Device):
+    if isinstance(index, tuple):
+        return tuple(_index_to(i, dev) for i in index)
+    return copy_to_device(index, dev) if is_array(index) else index
+
+
+def ufunc_at(ufunc, a, index, values) -> None:
+    """``ufunc.at(a, index, values)`` (unbuffered: repeated positions all apply) on ``a``'s
+    device. CuPy refuses ``np.add.at`` with a tuple index (it returns NotImplemented), so an
+    add on a device array goes to its module's own ``add.at`` with the index moved beside it;
+    every other ufunc runs on a host copy, written back (CuPy 14.2 has no ``multiply.at``, and
+    its ``maximum.at``/``minimum.at`` rounded float64 values to float32 on an H200)."""
+    if type(a) is np.ndarray:
+        ufunc.at(a, index, values)
+        return
+    dev = device_of(a)
+    values = copy_to_device(values, dev) if is_array(values) else values
+    own = getattr(getattr(dev.xp, "add", None), "at", None) if ufunc is np.add else None
+    if own is not None:
+        try:
+            own(a, _index_to(index, dev), values)
+            return
+        except (NotImplementedError, TypeError):  # no such scatter/scan there (or dtype)
+            pass
+    host = dev.to_host(a)
+    ufunc.at(host, _index_to(index, CPU), to_host(values) if is_array(values) else values)
+    a[...] = dev.from_host(host)
+
+
+def ufunc_accumulate(ufunc, x, axis: int):
+    """``ufunc.accumulate(x, axis=axis)`` on ``x``'s device; where the device's module has no
+    such accumulation (CuPy has cumsum/cumprod, not logaddexp/maximum/minimum), the scan runs
+    on a host copy and the result is copied back."""
+    if type(x) is np.ndarray:
+        return ufunc.accumulate(x, axis=axis)
+    dev = device_of(x)
+    own = getattr(getattr(dev.xp, ufunc.__name__, None), "accumulate", None)
+    if own is not None:
+        try:
+            return own(x, axis=axis)
+        except (NotImplementedError, TypeError):  # no such scatter/scan there (or dtype)
+            pass
+    return dev.from_host(ufunc.accumulate(dev.to_host(x), axis=axis))
+
+
 def check_same_device(op: str, arrays) -> Device:
     """The one device of ``arrays`` (numbers count as any), or :class:`DeviceError` naming
     ``op`` and both devices."""

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import asarray, cuda_kernels, is_array, to_host, xp_of
+from ..backend import (
+    asarray,
+    cuda_kernels,
+    is_array,
+    sparse_indices,
+    to_host,
+    ufunc_at,
+    xp_of,
+)
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
 from ..kernels.scatter import scatter_add_rows
 from . import samples as S
@@ -48,7 +56,7 @@ def _check_range(op: str, index: np.ndarray, n: int, axis: int, shape: tuple) ->
 def _dim_index(index: np.ndarray, axis: int) -> tuple:
     """The index tuple that addresses, for each entry of ``index``, the entry of the same
     position with ``index``'s value along ``axis``."""
-    parts = list(xp_of(index).indices(index.shape, sparse=True))
+    parts = list(sparse_indices(index.shape, like=index))
     parts[axis] = index
     return tuple(parts)
 
@@ -128,7 +136,7 @@ _gather = primitive(
 def _scatter_add_fwd(x, index, src, axis, out=None):
     _check_range("scatter_add", index, x.shape[axis], axis, x.shape)
     res = xp_of(x).array(x, copy=True)
-    np.add.at(res, _dim_index(index, axis), _head(src, index.shape))
+    ufunc_at(np.add, res, _dim_index(index, axis), _head(src, index.shape))
     return _into(out, res)
 
 
@@ -244,7 +252,7 @@ def _scatter_reduce_fwd(x, index, src, axis, reduce, include_self, out=None):
     at = _dim_index(index, axis)
     if not include_self:
         res[at] = _identity(reduce, res.dtype)
-    _UFUNCS[reduce].at(res, at, _head(src, index.shape))
+    ufunc_at(_UFUNCS[reduce], res, at, _head(src, index.shape))
     return _into(out, res)
 
 
@@ -550,7 +558,7 @@ def write_at(res: np.ndarray, v, template: tuple, arrays, accumulate: bool) -> N
     if v.dtype != res.dtype:
         v = v.astype(res.dtype)
     if accumulate:
-        np.add.at(res, idx, v)
+        ufunc_at(np.add, res, idx, v)
     elif _may_repeat(res.shape, template, arrays):
         pos = xp_of(res).arange(res.size).reshape(res.shape)[idx]
         flat = pos.reshape(-1)

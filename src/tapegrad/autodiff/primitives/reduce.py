@@ -93,9 +93,20 @@ _max = primitive(
     samples=_reduce_samples(S.distinct, allow_empty=False),
     doc="Maximum over axes; tied maxima share the gradient equally.",
 )
+
+
+def _min_fwd(x, axis, keepdims, out=None):
+    if out is None or type(x) is np.ndarray:
+        return np.min(x, axis=axis, keepdims=keepdims, out=out)
+    # CuPy 14.2's min(out=...) hands ``out`` to its CUB reduction as the dtype (a TypeError on
+    # an H200 with NumPy 2.5): reduce, then copy into the plan's buffer
+    np.copyto(out, np.min(x, axis=axis, keepdims=keepdims))
+    return out
+
+
 _min = primitive(
     "min",
-    lambda x, axis, keepdims, out=None: np.min(x, axis=axis, keepdims=keepdims, out=out),
+    _min_fwd,
     (_extreme_vjp,),
     reference=lambda x, axis, keepdims: -np.max(-x, axis=axis, keepdims=keepdims),
     samples=_reduce_samples(S.distinct, allow_empty=False),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels, expand_reduced, normalize_axis, xp_of
+from ..backend import cuda_kernels, expand_reduced, normalize_axis, ufunc_accumulate, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels.scan import linear_recurrence
 from . import samples as S
@@ -236,7 +236,7 @@ _cumprod = primitive(
 
 # -- logcumsumexp --------------------------------------------------------------------------------
 def _logcumsumexp_fwd(x, axis, out=None):
-    return _into(out, np.logaddexp.accumulate(x, axis=axis))
+    return _into(out, ufunc_accumulate(np.logaddexp, x, axis))
 
 
 def _logcumsumexp_vjp(g, out, x, axis):
@@ -270,14 +270,14 @@ _logcumsumexp = primitive(
 
 # -- running maximum / minimum: where it was reached ---------------------------------------------
 def _cum_extreme_index_fwd(x, axis, largest):
-    run_ = (np.maximum if largest else np.minimum).accumulate(x, axis=axis)
+    run_ = ufunc_accumulate(np.maximum if largest else np.minimum, x, axis)
     hit = x == run_  # the running extreme was (re)reached here: a tie moves it to the later entry
     if x.dtype.kind == "f":
         hit |= np.isnan(x)  # a NaN is the extreme from there on, and each later NaN takes over
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     pos = xp_of(x).arange(x.shape[axis], dtype=np.int64).reshape(shape)
-    return np.maximum.accumulate(np.where(hit, pos, 0), axis=axis)
+    return ufunc_accumulate(np.maximum, np.where(hit, pos, 0), axis)
 
 
 def _cum_extreme_index_reference(x, axis, largest):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import asarray, is_array, normalize_axis, unbroadcast, xp_of
+from ..backend import asarray, is_array, normalize_axis, ufunc_at, unbroadcast, xp_of
 from ..errors import ShapeError
 from ..promotion import result_type
 from . import samples as S
@@ -202,7 +202,7 @@ def _scatter_fwd(g, shape, index, out=None):
         gx.fill(0)
     parts = index if isinstance(index, tuple) else (index,)
     if any(is_array(p) and p.dtype.kind in "iu" for p in parts):
-        np.add.at(gx, index, g)  # integer arrays may repeat: scatter-add
+        ufunc_at(np.add, gx, index, g)  # integer arrays may repeat: scatter-add
     else:
         gx[index] = g  # basic slices and boolean masks never repeat
     return gx
