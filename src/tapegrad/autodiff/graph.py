@@ -98,7 +98,10 @@ class Node:
             p if p is not None else (_constant(a) if _is_array(a) else a)
             for p, a in zip(self.parents, self.inputs)
         ]
-        aux = tuple(_constant(a) for a in self.aux)
+        if record and self.prim.saved is not None:  # saved values as functions of the inputs
+            aux = tuple(self.prim.saved(*inputs, **self.attrs))
+        else:
+            aux = tuple(_constant(a) for a in self.aux)
         return self._run_rules(g, out, inputs, aux, True)
 
     def _run_rules(self, g, out, inputs, aux, tensors: bool) -> list:
@@ -187,6 +190,12 @@ def apply(prim, *args, **attrs):
     Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
     if _TRACING.active is not None:  # a .grad read inside a traced step: its traced value
         args = tuple(traced(a) for a in args)
+    if (
+        prim.composite is not None
+        and _GradMode.enabled
+        and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+    ):  # a fused kernel inside a graph being recorded: what it computes, differentiably
+        return prim.composite(*args, **attrs)
     arrays = None
     if prim.broadcasting and len(args) == 2:  # the usual binary case, without a loop
         a, b = args
