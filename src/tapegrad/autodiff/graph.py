@@ -338,12 +338,10 @@ def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
     The rules run on arrays (first order), or on Tensors: with ``create_graph`` recording a graph
     of their own (every gradient can be differentiated again), and while a compiled function is
     traced so that the plan records each operation of the backward pass as an equation (first
-    order: recording no graph, after the trace has fused what its fusion table names)."""
+    order: recording no graph)."""
     order = toposort(*roots)
     trace = _TRACING.active
     tensors = create_graph or trace is not None
-    if trace is not None and not create_graph:
-        trace.fuse(order)
     grads: dict[int, object] = {}
     for r, g in zip(roots, seeds):
         if tensors and not isinstance(g, Tensor):

@@ -12,8 +12,9 @@ of data-parallel training). That list is turned into a plan by passes, one
 file each in this package:
 
 * ``trace.py``: the recording (equations, sinks, effects, reductions, what replays depend on);
-* ``fusion.py`` (while tracing, at ``backward()``): pairs of nodes named by one table of
-  patterns (``primitives/fused.py``) become one node of a fused primitive, whose own rule runs;
+* ``fusion.py``: a table-driven rewrite of the equation list, on every plan: the equations of a
+  pattern it names (a bias then ReLU, ReLU then max pooling), forward and backward alike,
+  become the fused primitives of ``primitives/fused.py``;
 * ``deadcode.py``: equations whose results nothing reads are dropped (side effects never are);
 * ``memory.py``: each value's last reader is found, a view counting as a reader of its base;
   every value gets a buffer, allocated once, taken from a pool that a value gives back after

@@ -19,6 +19,7 @@ from ..errors import TraceError
 from ..primitives.registry import Workspace
 from ..tensor import Tensor
 from .deadcode import _live_events
+from .fusion import fuse
 from .guards import _PLAIN, _Guards, _same
 from .memory import _dense, _laid_out_like, _lifetimes, _Pool, _start, _view_source
 from .trace import CONST, EXT, GRAD, VAR, Eq, Reduce, Sink, Trace, _spec_vars
@@ -44,7 +45,7 @@ class Plan:
         self.out_spec = outputs
         self.input_vals = [t.data for t in input_tensors]
         self._check_constants(trace)
-        events = _live_events(trace, self.out_spec)
+        events = _live_events(fuse(trace.values, trace.events), self.out_spec)
         self.eqs = [e for e in events if isinstance(e, Eq)]
         root, views, dies = _lifetimes(trace, events, self.out_spec)
         self.vals: dict[int, np.ndarray] = dict(zip(trace.inputs, self.input_vals))

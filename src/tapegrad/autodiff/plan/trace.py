@@ -20,7 +20,6 @@ from ..errors import TraceError
 from ..primitives.elementwise import _astype
 from ..tensor import Tensor
 from ..traced_grads import read as _read_grad
-from .fusion import fuse
 
 VAR, EXT, CONST, GRAD = 0, 1, 2, 3
 """How an equation refers to an input: a value of the plan, a tensor from outside the step
@@ -213,10 +212,6 @@ class Trace:
         eq = Eq(prim, ins, attrs, [out], False, anomaly.call_site())
         self.eq_of[out] = eq
         self.events.append(eq)
-
-    def fuse(self, order: list[Tensor], targets=None) -> None:
-        """Rewrite the graph about to be differentiated by the fusion table (``fusion.py``)."""
-        fuse(self, order, targets)
 
 
 def effect(fn: Callable[[], object], name: str | None = None):
