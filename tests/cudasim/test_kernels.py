@@ -1,8 +1,8 @@
-"""Every CUDA kernel (``kernels/cuda``, ``optim/cuda.py``) against the NumPy reference its CPU
-twin is tested against, on NumPy arrays: in numba's CUDA simulator (small inputs: it runs each
-thread in Python), or on a GPU (numba copies the arrays there and back). Shapes include odd
-sizes, so grid-stride loops that stop short or run over would show, and NaN where the CPU
-kernel documents a NaN rule."""
+"""Every CUDA kernel (``kernels/cuda``, the optimiser's update included) against the NumPy
+reference its CPU twin is tested against, on NumPy arrays: in numba's CUDA simulator (small
+inputs: it runs each thread in Python), or on a GPU (numba copies the arrays there and back).
+Shapes include odd sizes, so grid-stride loops that stop short or run over would show, and NaN
+where the CPU kernel documents a NaN rule."""
 
 import numpy as np
 import pytest
@@ -257,8 +257,8 @@ def test_rnn_backward_step(tanh):
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("wd,decoupled", [(0.0, False), (0.1, False), (0.1, True)])
 def test_adam_update(amsgrad, wd, decoupled):
-    from tapegrad.optim import cuda as adam_gpu
-    from tapegrad.optim import kernels as adam_cpu
+    from tapegrad.autodiff.kernels import optim as adam_cpu
+    from tapegrad.autodiff.kernels.cuda import optim as adam_gpu
 
     rng = np.random.default_rng(12)
     p, g = rng.normal(size=(2, 9)).astype(np.float32), rng.normal(size=(2, 9)).astype(np.float32)

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tapegrad.optim.kernels import adam_update
+from tapegrad.autodiff.kernels.optim import adam_update
 
 
 @pytest.mark.parametrize(

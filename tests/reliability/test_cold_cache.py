@@ -34,7 +34,7 @@ def _dispatchers(module):
 
 def test_every_cached_kernel_holds_the_compile_lock():
     import tapegrad.autodiff.kernels as kernels
-    import tapegrad.optim.kernels as optim_kernels
+    import tapegrad.autodiff.kernels.optim as optim_kernels
     from tapegrad.autodiff.kernels.pool import window_kernels
 
     modules = [optim_kernels] + [

@@ -98,7 +98,10 @@ class Node:
             p if p is not None else (_constant(a) if _is_array(a) else a)
             for p, a in zip(self.parents, self.inputs)
         ]
-        aux = tuple(_constant(a) for a in self.aux)
+        if record and self.prim.saved is not None:  # saved values as functions of the inputs
+            aux = tuple(self.prim.saved(*inputs, **self.attrs))
+        else:
+            aux = tuple(_constant(a) for a in self.aux)
         return self._run_rules(g, out, inputs, aux, True)
 
     def _run_rules(self, g, out, inputs, aux, tensors: bool) -> list:
@@ -187,6 +190,12 @@ def apply(prim, *args, **attrs):
     Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
     if _TRACING.active is not None:  # a .grad read inside a traced step: its traced value
         args = tuple(traced(a) for a in args)
+    if (
+        prim.composite is not None
+        and _GradMode.enabled
+        and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+    ):  # a fused kernel inside a graph being recorded: what it computes, differentiably
+        return prim.composite(*args, **attrs)
     arrays = None
     if prim.broadcasting and len(args) == 2:  # the usual binary case, without a loop
         a, b = args
@@ -329,12 +338,10 @@ def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
     The rules run on arrays (first order), or on Tensors: with ``create_graph`` recording a graph
     of their own (every gradient can be differentiated again), and while a compiled function is
     traced so that the plan records each operation of the backward pass as an equation (first
-    order: recording no graph, after the trace has fused what its fusion table names)."""
+    order: recording no graph)."""
     order = toposort(*roots)
     trace = _TRACING.active
     tensors = create_graph or trace is not None
-    if trace is not None and not create_graph:
-        trace.fuse(order)
     grads: dict[int, object] = {}
     for r, g in zip(roots, seeds):
         if tensors and not isinstance(g, Tensor):

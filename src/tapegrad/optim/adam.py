@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor, backend
-from .kernels import adam_update
+from ..autodiff.kernels.optim import adam_update
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
@@ -59,8 +59,8 @@ class Adam(Optimizer):
         )
         state["step"] = step = state["step"] + 1
         update = adam_update
-        if backend.cuda_kernels(p) is not None:
-            from .cuda import adam_update as update  # the CUDA kernel, for a GPU's arrays
+        if backend.cuda_kernels(p) is not None:  # the CUDA kernel, for a GPU's arrays
+            from ..autodiff.kernels.cuda.optim import adam_update as update
         update(
             p,
             grad,

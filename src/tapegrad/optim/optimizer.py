@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor, backend, enable_grad
-from ..autodiff.plan import effect
+from ..autodiff.plan import effect, state_changed
+from ..autodiff.primitives.registry import Primitive
+from ..autodiff.tensor import _TRACING
 
 __all__ = ["Optimizer"]
 
@@ -44,6 +46,18 @@ class Optimizer:
     """
 
     _n_scratch = 2
+    _update_primitive: Primitive  # made for each subclass (``__init_subclass__``)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._update_primitive = Primitive(
+            f"{cls.__name__.lower()}_update",
+            _update_forward,
+            None,
+            effect=True,
+            doc=f"One {cls.__name__} update of a parameter, in place, from its gradient "
+            f"(``opt.step()`` runs it for each parameter; compiled plans record it).",
+        )
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
         self.defaults = dict(defaults)
@@ -103,6 +117,7 @@ class Optimizer:
         new["params"] = params
         self._offsets.append(sum(len(g["params"]) for g in self.param_groups))
         self.param_groups.append(new)
+        state_changed()  # compiled plans that step this optimiser see the new group
 
     # -- subclass hooks ----------------------------------------------------------------------
     def _check_group(self, group: dict[str, Any], where: str = "") -> None:
@@ -219,33 +234,71 @@ class Optimizer:
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update every parameter that has a gradient, in place; parameters with ``grad=None``
-        are skipped. ``closure`` (optional) re-evaluates the loss, which is returned."""
+        are skipped. ``closure`` (optional) re-evaluates the loss, which is returned.
+
+        Each parameter's update is one call of this optimiser's update primitive
+        (``adam_update``, ``sgd_update``, ...); inside a compiled step each is recorded as an
+        equation of the plan, which reads the parameter's gradient and the optimiser's
+        hyperparameters and state as they are when it runs (a scheduler's new ``lr`` too)."""
         loss = None
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        effect(self._step, f"{type(self).__name__}.step()")
+        trace = _TRACING.active
+        if trace is None:
+            for group, index, p in self._with_grads():
+                self._update_primitive.forward(p.data, p._grad, opt=self, group=group, index=index)
+        else:
+            self._record_step(trace)
         return loss
 
-    def _step(self) -> None:
+    def _with_grads(self):
+        """(group, index, parameter) of each parameter that has a gradient, in order."""
         for group, offset in zip(self.param_groups, self._offsets):
             for j, p in enumerate(group["params"]):
-                grad = p.grad
-                if grad is None:
-                    continue
-                data = p.data
-                if grad.shape != data.shape or grad.dtype != data.dtype:
-                    raise ValueError(
-                        f"{self._name}: parameter {offset + j} has shape {data.shape} dtype "
-                        f"{data.dtype} but its grad has shape {grad.shape} dtype {grad.dtype}"
-                    )
-                idx = offset + j
-                state = self.state.get(idx)
-                if state is None:
-                    state = self.state[idx] = self._init_state(data, grad, group)
-                elif type(data) is not np.ndarray:
-                    _follow(state, data)
-                self._update(data, grad, state, group, self._scratch(idx, data))
+                if p._grad is not None:
+                    yield group, offset + j, p
+
+    def _record_step(self, trace) -> None:
+        """``step()`` inside a compiled step: one update equation per parameter."""
+        trace.check_untouched(f"before {self._name}.step()")
+        trace.guard(self, self._replay_state, self._replay_change)
+        _TRACING.active = None  # the updates' own array operations are not traced
+        try:
+            for group, index, p in self._with_grads():
+                attrs = {"opt": self, "group": group, "index": index}
+                trace.record_update(self._update_primitive, p, attrs)
+                self._update_primitive.forward(p.data, p._grad, **attrs)
+        finally:
+            _TRACING.active = trace
+            trace.resnapshot()
+
+    def _replay_state(self) -> tuple:
+        return tuple(tuple(g["params"]) for g in self.param_groups)
+
+    def _replay_change(self, old: tuple) -> str:
+        return f"{self._name}'s parameter groups changed (add_param_group)"
+
+    def _update_param(self, idx: int, group: dict, data: np.ndarray, grad) -> None:
+        """Parameter ``idx``'s update (its array ``data``, its gradient ``grad``), in place:
+        the body of every update primitive."""
+        if grad is None:
+            raise ValueError(
+                f"{self._name}: parameter {idx} has no gradient at this point of a compiled "
+                f"step, while the trace found one; reset gradients in the same place on every "
+                f"call (zero_grad() before backward())"
+            )
+        if grad.shape != data.shape or grad.dtype != data.dtype:
+            raise ValueError(
+                f"{self._name}: parameter {idx} has shape {data.shape} dtype "
+                f"{data.dtype} but its grad has shape {grad.shape} dtype {grad.dtype}"
+            )
+        state = self.state.get(idx)
+        if state is None:
+            state = self.state[idx] = self._init_state(data, grad, group)
+        elif type(data) is not np.ndarray:
+            _follow(state, data)
+        self._update(data, grad, state, group, self._scratch(idx, data))
 
     def _scratch(self, idx: int, data: np.ndarray) -> tuple[np.ndarray, ...]:
         """``_n_scratch`` temporaries shaped like ``data``: views of one buffer per dtype."""
@@ -435,6 +488,14 @@ class Optimizer:
             hp = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
             lines.append(f"  group {gi}: {len(g['params'])} params, {hp}")
         return "\n".join(lines) + "\n)"
+
+
+def _update_forward(p, g, *, opt: Optimizer, group: dict, index: int):
+    """The forward of every optimiser's update primitive: parameter ``index`` (array ``p``,
+    gradient ``g``) of ``group`` updated in place by ``opt``'s rule, with the hyperparameters
+    and state the optimiser holds now; returns ``p``."""
+    opt._update_param(index, group, p, g)
+    return p
 
 
 def _follow(state: dict, data) -> None:

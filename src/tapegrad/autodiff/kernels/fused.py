@@ -41,7 +41,7 @@ def bias_relu_forward_reference(x, b, out) -> None:
 
 
 def bias_relu_backward_reference(g, out, gx, gb) -> None:
-    np.multiply(g, out > 0, out=gx)
+    np.copyto(gx, np.where(out > 0, g, 0))
     np.sum(gx, axis=0, out=gb)
 
 
@@ -73,12 +73,13 @@ if numba is not None:
 
     @cached_jit(boundscheck=False, nogil=True)
     def bias_relu_backward(g, out, gx, gb):  # pragma: no cover - compiled
-        """``gx = g * (out > 0)`` and ``gb`` its rows summed in order (``gx``'s first row, then
-        each next one added), as the separate ReLU and bias rules compute them."""
-        one, zero = gx.dtype.type(1), gx.dtype.type(0)
+        """``gx = where(out > 0, g, 0)`` and ``gb`` its rows summed in order (``gx``'s first row,
+        then each next one added), as the separate ReLU and bias rules compute them (a select:
+        masked entries are 0 even where ``g`` is not finite, and never -0)."""
+        zero = gx.dtype.type(0)
         for i in range(g.shape[0]):
             for j in range(g.shape[1]):
-                v = g[i, j] * (one if out[i, j] > 0 else zero)
+                v = g[i, j] if out[i, j] > 0 else zero
                 gx[i, j] = v
                 gb[j] = v if i == 0 else gb[j] + v
         if g.shape[0] == 0:

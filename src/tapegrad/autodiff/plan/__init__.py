@@ -4,14 +4,17 @@
 *equations* (JAX's jaxpr is the model): every primitive call of the forward pass; every
 primitive call of the backward pass, because ``backward()`` inside a trace runs the same VJP
 rules on Tensors (they are written with primitives, so each of their operations is recorded like
-any other); where each gradient lands in a ``.grad`` (a *sink*); and every side effect that
-registered itself (optimiser ``zero_grad``/``step``, gradient clipping, ``tg.effect``, the
-gradient reduction of data-parallel training). That list is turned into a plan by passes, one
+any other); where each gradient lands in a ``.grad`` (a *sink*); each parameter's optimiser update
+(``opt.step()`` is one equation of the optimiser's update primitive per parameter, reading the
+gradient, hyperparameters and state live: see ``Trace.record_update``); and every side effect
+that registered itself (``zero_grad``, gradient clipping, ``tg.effect``, the gradient reduction
+of data-parallel training). That list is turned into a plan by passes, one
 file each in this package:
 
 * ``trace.py``: the recording (equations, sinks, effects, reductions, what replays depend on);
-* ``fusion.py`` (while tracing, at ``backward()``): pairs of nodes named by one table of
-  patterns (``primitives/fused.py``) become one node of a fused primitive, whose own rule runs;
+* ``fusion.py``: a table-driven rewrite of the equation list, on every plan: the equations of a
+  pattern it names (a bias then ReLU, ReLU then max pooling), forward and backward alike,
+  become the fused primitives of ``primitives/fused.py``;
 * ``deadcode.py``: equations whose results nothing reads are dropped (side effects never are);
 * ``memory.py``: each value's last reader is found, a view counting as a reader of its base;
   every value gets a buffer, allocated once, taken from a pool that a value gives back after

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from .trace import VAR, Eq, Reduce, Sink, Trace, _spec_vars
+from .trace import VAR, Eq, Reduce, Sink, _spec_vars
 
 
-def _live_events(trace: Trace, out_spec) -> list:
+def _live_events(events: list, out_spec) -> list:
     """The events a replay must run: side effects, and the equations whose values something
     reads (dead-code elimination, from the last event back)."""
     needed = set(_spec_vars(out_spec))
     live = []
-    for e in reversed(trace.events):
+    for e in reversed(events):
         if isinstance(e, Eq):
             if not (e.prim.effect or any(v in needed for v in e.outs)):
                 continue

@@ -1,60 +1,197 @@
-"""Fusion: rewrite pairs of operations named by one table into one fused primitive.
+"""Fusion: a table-driven rewrite of a plan's equation list.
 
-Run while tracing, when ``backward()`` starts: a node whose primitive and whose first parent's
-primitive form a pattern of ``primitives/fused.py``'s table, the parent read by that node alone,
-becomes one node of the fused primitive, and so does its equation.
+Run on every plan (forward-only, training, ``create_graph``) before dead code is dropped. Each
+entry of :data:`FUSIONS` names the equation that anchors a pattern and a rule that looks around
+it (who made its inputs, who reads its outputs) and, where the pattern and the arrays' shapes and
+layouts fit, rewrites the equations in place into fused primitives (``primitives/fused.py``): a
+forward pattern and the backward pattern of the same pair together, or the forward alone where
+the plan has no backward pass. Equations left unread (the pair's intermediate value) are then
+dead code.
+
+A fused primitive computes the same arithmetic as the equations it replaces, so a plan's results
+are eager's bits: that is proven, for every entry, by ``tests/autodiff/test_fusion_pass.py``
+(each pattern fused and unfused on inputs with zeros, negative values and ties), not checked
+while running.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ..graph import Node
-from ..primitives.fused import FUSIONS
-from ..tensor import Tensor
+from ..primitives.fused import (
+    bias_relu,
+    bias_relu_backward_kernel,
+    relu_max_pool,
+    relu_max_pool_backward_kernel,
+)
+from .trace import CONST, EXT, VAR, Eq, Reduce, Sink
 
 
-def fuse(trace, order: list[Tensor], targets=None) -> None:
-    """Rewrite the graph about to be differentiated by the fusion table: a node whose
-    primitive and whose first parent's primitive form a pattern of ``FUSIONS``, the parent
-    read by that node alone, becomes one node of the fused primitive (over the parent's
-    inputs), and so does its equation. See ``primitives/fused.py``."""
-    uses: dict[int, int] = {}
-    for t in order:
-        if t._node is not None:
-            for p in t._node.parents:
-                if p is not None:
-                    uses[id(p)] = uses.get(id(p), 0) + 1
-    for (first_name, second_name), rule in FUSIONS.items():
-        for t in order:
-            node = t._node
-            if node is None or node.prim.name != second_name or node.parents[0] is None:
-                continue
-            p = node.parents[0]
-            first = p._node
-            if (
-                first is None
-                or first.prim.name != first_name
-                or uses.get(id(p)) != 1
-                or p._retain
-                or (targets is not None and id(p) in targets)
-                or id(t) not in trace.var_of
-            ):
-                continue
-            fused = rule(first, node)
-            if fused is None:
-                continue
-            prim, attrs = fused
-            res = prim.forward(*first.inputs, **attrs)
-            out, aux = (res[0], res[1:]) if type(res) is tuple else (res, ())
-            if not np.array_equal(out, t.data, equal_nan=True):
-                continue  # cannot happen by the kernels' construction; never trust it blindly
-            t._node = Node(prim, first.parents, first.inputs, t.data, attrs, tuple(aux))
-            eq = trace.eq_of[trace.var_of[id(t)]]
-            eq.prim, eq.ins, eq.attrs = prim, trace.eq_of[trace.var_of[id(p)]].ins, attrs
-            eq.packed = type(res) is tuple
-            del eq.outs[1:]  # the second's saved arrays: the fused forward saves its own
-            for a in aux:
-                v = trace.new_var(Tensor._make(a, None, False))
-                eq.outs.append(v)
-                trace.eq_of[v] = eq
+class _Uses:
+    """Who makes and who reads each value of an equation list."""
+
+    def __init__(self, events: list):
+        self.maker: dict[int, Eq] = {}
+        self.readers: dict[int, list] = {}
+        for e in events:
+            refs = []
+            if isinstance(e, Eq):
+                for v in e.outs:
+                    self.maker[v] = e
+                refs = e.ins
+            elif isinstance(e, Sink):
+                refs = [e.grad]
+            elif isinstance(e, Reduce):
+                refs = [(VAR, e.loss)]
+            for kind, p in refs:
+                if kind == VAR:
+                    self.readers.setdefault(p, []).append(e)
+
+    def read_by(self, v: int) -> list:
+        return self.readers.get(v, [])
+
+    def only_reader(self, v: int):
+        r = self.read_by(v)
+        return r[0] if len(r) == 1 else None
+
+
+def _is_zero(ref) -> bool:
+    """An equation input that is the constant 0 (a Python or NumPy zero lifted to an array)."""
+    kind, c = ref
+    return kind == CONST and np.ndim(c) == 0 and c == 0
+
+
+def _value(values: list, ref):
+    """The array an equation input referred to while tracing."""
+    kind, p = ref
+    return values[p] if kind == VAR else p.data if kind == EXT else p
+
+
+def _var(ref) -> int | None:
+    return ref[1] if ref[0] == VAR else None
+
+
+def _relu_mask(uses: _Uses, x: int, e: Eq):
+    """``(greater, where)`` if ``e`` is ReLU's VJP reading ``x``: ``m = greater(x, 0)`` and
+    ``where(m, g, 0)``, the mask read by that select alone; else None."""
+    if e.prim.name != "greater" or _var(e.ins[0]) != x or not _is_zero(e.ins[1]):
+        return None
+    w = uses.only_reader(e.outs[0])
+    if (
+        not isinstance(w, Eq)
+        or w.prim.name != "where"
+        or _var(w.ins[0]) != e.outs[0]
+        or _var(w.ins[1]) is None
+        or not _is_zero(w.ins[2])
+    ):
+        return None
+    return e, w
+
+
+def _dense2d(a) -> bool:
+    return isinstance(a, np.ndarray) and a.ndim == 2 and a.flags.c_contiguous
+
+
+# -- bias + ReLU ---------------------------------------------------------------------------------
+def _fuse_bias_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> None:
+    """``h = add(x, b); y = relu(h)`` (a Linear layer's bias then ReLU) -> ``y = bias_relu(x,
+    b)``; its backward ``m = greater(h, 0); gh = where(m, g, 0); gb = sum_to(gh)`` ->
+    ``gh, gb = bias_relu_backward(g, y)``."""
+    h = _var(relu.ins[0])
+    add = uses.maker.get(h)
+    if add is None or add.prim.name != "add" or id(add) in drop:
+        return
+    x, b = (_value(values, r) for r in add.ins)
+    if not (
+        _dense2d(x)
+        and isinstance(b, np.ndarray)
+        and b.shape == (x.shape[1],)
+        and x.dtype == b.dtype
+        and x.dtype.kind == "f"
+    ):
+        return
+    backward = []
+    for e in uses.read_by(h):
+        if e is relu:
+            continue
+        pair = _relu_mask(uses, h, e) if isinstance(e, Eq) else None
+        if pair is None:
+            return  # h is read elsewhere: keep the pair as it is
+        gh = pair[1].outs[0]
+        g = values[_var(pair[1].ins[1])]
+        sums = [s for s in uses.read_by(gh) if isinstance(s, Eq) and s.prim.name == "sum_to"]
+        sums = [s for s in sums if s.attrs.get("shape") == b.shape and _var(s.ins[0]) == gh]
+        if len(sums) != 1 or not _dense2d(g) or g.shape != x.shape or g.dtype != x.dtype:
+            return
+        backward.append((*pair, sums[0]))
+    relu.prim, relu.ins, relu.attrs = bias_relu, list(add.ins), {}
+    for greater, where, total in backward:
+        where.prim, where.attrs, where.packed = bias_relu_backward_kernel, {}, True
+        where.ins = [where.ins[1], (VAR, relu.outs[0])]
+        where.outs = [where.outs[0], total.outs[0]]
+        drop.update((id(greater), id(total)))
+
+
+# -- ReLU + max pooling --------------------------------------------------------------------------
+def _fuse_relu_max_pool(pool: Eq, uses: _Uses, values: list, drop: set) -> None:
+    """``r = relu(x); p, arg = max_pool(r)`` -> ``p, arg = relu_max_pool(x)``; its backward
+    ``gr = max_pool_backward(g, arg); m = greater(x, 0); gx = where(m, gr, 0)`` ->
+    ``gx = relu_max_pool_backward(g, p, arg)``."""
+    r = _var(pool.ins[0])
+    relu = uses.maker.get(r)
+    attrs = pool.attrs
+    if (
+        relu is None
+        or relu.prim.name != "relu"
+        or uses.read_by(r) != [pool]
+        or any(lo or hi for lo, hi in attrs["padding"])
+        or any(d != 1 for d in attrs["dilation"])
+    ):
+        return
+    x = _var(relu.ins[0])
+    xa = values[x] if x is not None else None
+    if xa is None or xa.ndim not in (3, 4) or not xa.flags.c_contiguous:
+        return
+    backward = []
+    for e in uses.read_by(pool.outs[1]):  # the window offsets: read by the pool's VJP only
+        if not isinstance(e, Eq) or e.prim.name != "max_pool_backward":
+            return
+        gr = e.outs[0]
+        where = uses.only_reader(gr)
+        pair = None
+        if isinstance(where, Eq) and where.prim.name == "where" and _var(where.ins[1]) == gr:
+            pair = _relu_mask(uses, x, uses.maker.get(_var(where.ins[0])))
+        if pair is None or pair[1] is not where:
+            return
+        backward.append((e, pair[0], where))
+    kernel = {"kernel": attrs["kernel"], "stride": attrs["stride"]}
+    pool.prim, pool.ins, pool.attrs = relu_max_pool, list(relu.ins), kernel
+    for route, greater, where in backward:
+        where.prim, where.packed = relu_max_pool_backward_kernel, False
+        where.ins = [route.ins[0], (VAR, pool.outs[0]), (VAR, pool.outs[1])]
+        where.attrs = {"x_shape": route.attrs["x_shape"], **kernel}
+        drop.update((id(route), id(greater)))
+
+
+FUSIONS: list[tuple[str, Callable]] = [
+    ("max_pool1d", _fuse_relu_max_pool),
+    ("max_pool2d", _fuse_relu_max_pool),
+    ("relu", _fuse_bias_relu),
+]
+"""(anchor primitive, rule): each equation of the anchor's primitive is handed to the rule,
+which rewrites it and its neighbours in place where the pattern fits. In priority order: a ReLU
+that feeds a max-pool fuses with the pool, not with a bias before it."""
+
+
+def fuse(values: list, events: list) -> list:
+    """``events`` with the patterns of :data:`FUSIONS` rewritten into fused primitives
+    (``values``: each value's array as traced, for the rules' shape and layout checks)."""
+    drop: set[int] = set()
+    for anchor, rule in FUSIONS:
+        uses = _Uses([e for e in events if id(e) not in drop])
+        for e in events:
+            if isinstance(e, Eq) and id(e) not in drop and e.prim.name == anchor:
+                rule(e, uses, values, drop)
+    return [e for e in events if id(e) not in drop]

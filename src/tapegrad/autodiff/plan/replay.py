@@ -19,9 +19,10 @@ from ..errors import TraceError
 from ..primitives.registry import Workspace
 from ..tensor import Tensor
 from .deadcode import _live_events
+from .fusion import fuse
 from .guards import _PLAIN, _Guards, _same
 from .memory import _dense, _laid_out_like, _lifetimes, _Pool, _start, _view_source
-from .trace import CONST, EXT, VAR, Eq, Reduce, Sink, Trace, _spec_vars
+from .trace import CONST, EXT, GRAD, VAR, Eq, Reduce, Sink, Trace, _spec_vars
 
 
 def _equal_after_cast(x: np.ndarray, c: np.ndarray) -> bool:
@@ -44,7 +45,7 @@ class Plan:
         self.out_spec = outputs
         self.input_vals = [t.data for t in input_tensors]
         self._check_constants(trace)
-        events = _live_events(trace, self.out_spec)
+        events = _live_events(fuse(trace.values, trace.events), self.out_spec)
         self.eqs = [e for e in events if isinstance(e, Eq)]
         root, views, dies = _lifetimes(trace, events, self.out_spec)
         self.vals: dict[int, np.ndarray] = dict(zip(trace.inputs, self.input_vals))
@@ -68,11 +69,14 @@ class Plan:
                 k = views.get(e.outs[0])
                 if k is not None and e.prim.effect:  # it writes into that input (tg.assign)
                     self.vals[e.outs[0]] = ins[k]
-                    emit(
-                        functools.partial(e.prim.forward, *ins, **e.attrs),
-                        _label(e, ins),
-                        (e, ins, [ins[k]]),
-                    )
+                    if any(type(a) is _LiveGrad for a in ins):  # an optimiser's update
+                        emit(_live_call(e, ins), _label(e, ins))
+                    else:
+                        emit(
+                            functools.partial(e.prim.forward, *ins, **e.attrs),
+                            _label(e, ins),
+                            (e, ins, [ins[k]]),
+                        )
                     self._release(dies, i, pool, blocks)
                     continue
                 if k is not None:  # a view of an input: taken once, here
@@ -124,6 +128,8 @@ class Plan:
         if kind == EXT:
             self.ext_arrays.append((p, p.data))
             return p.data
+        if kind == GRAD:
+            return _LiveGrad(p)
         return p
 
     def _reduction_buffers(self, events) -> dict:
@@ -261,6 +267,28 @@ class Plan:
                 f"(input shapes: {anomaly._describe(ins)}), recorded at {e.site} "
                 f"(a line that calls backward() means the backward pass)"
             )
+
+
+class _LiveGrad:
+    """An input that is ``tensor.grad`` as it is when the equation runs (see ``GRAD``)."""
+
+    __slots__ = ("tensor", "shape")
+
+    def __init__(self, tensor: Tensor):
+        self.tensor, self.shape = tensor, tensor.data.shape
+
+
+def _live_call(e: Eq, ins: list) -> Callable:
+    """``e``'s forward over ``ins``, the gradients among them read when it runs."""
+    forward, attrs, args = e.prim.forward, e.attrs, list(ins)
+    live = [(i, a.tensor) for i, a in enumerate(ins) if type(a) is _LiveGrad]
+
+    def run():
+        for i, t in live:
+            args[i] = t._grad
+        forward(*args, **attrs)
+
+    return run
 
 
 def _label(e: Eq, ins: list) -> str:

@@ -20,11 +20,11 @@ from ..errors import TraceError
 from ..primitives.elementwise import _astype
 from ..tensor import Tensor
 from ..traced_grads import read as _read_grad
-from .fusion import fuse
 
-VAR, EXT, CONST = 0, 1, 2
+VAR, EXT, CONST, GRAD = 0, 1, 2, 3
 """How an equation refers to an input: a value of the plan, a tensor from outside the step
-(read live: a parameter), or a constant array."""
+(read live: a parameter), a constant array, or the ``.grad`` of a tensor from outside the step
+as it is at that point of the replay (an optimiser's update reads it there)."""
 
 
 class Eq:
@@ -201,15 +201,23 @@ class Trace:
     def record_call(self, fn: Callable) -> None:
         self.events.append(Call(fn))
 
-    def fuse(self, order: list[Tensor], targets=None) -> None:
-        """Rewrite the graph about to be differentiated by the fusion table (``fusion.py``)."""
-        fuse(self, order, targets)
+    def record_update(self, prim, param: Tensor, attrs: dict) -> None:
+        """An in-place update of ``param`` by ``prim`` (an optimiser's update primitive): an
+        equation over the parameter's array and its live ``.grad``, whose output is the
+        parameter's array. Later reads of the parameter in the step read that output, so they
+        come after the update."""
+        ins = [(EXT, param), (GRAD, param)]
+        self.watch(param)
+        out = self.new_var(Tensor._make(param.data, None, False))
+        eq = Eq(prim, ins, attrs, [out], False, anomaly.call_site())
+        self.eq_of[out] = eq
+        self.events.append(eq)
 
 
 def effect(fn: Callable[[], object], name: str | None = None):
     """Run ``fn`` now and, while tracing, record it so every replay runs it at this point.
 
-    Optimisers wrap ``step`` and ``zero_grad`` with this, and so does gradient clipping, which
+    Optimisers wrap ``zero_grad`` with this, and so does gradient clipping, which
     is what lets a compiled training step contain them. Wrap any other update a step makes to
     arrays outside tapegrad operations (a hand-written parameter update, a counter) the same
     way: ``tg.effect(lambda: sgd_update(params))``. What ``fn`` returns is returned now only.

@@ -2,23 +2,17 @@
 
 A fused primitive does the work of two neighbouring primitives in one pass each way, with the
 same arithmetic, so its results are the same bits: a Linear layer's bias add then ReLU
-(``bias_relu``), and ReLU then max pooling (``relu_max_pool``). Eager code never calls them; a
-compiled plan does, where :data:`FUSIONS` says so: when a traced step calls ``backward()``,
-every pair of nodes that the table names, whose intermediate value feeds the second alone, is
-rewritten into one node of the fused primitive (see ``plan/fusion.py``), and the
-backward pass then runs the fused primitive's rule. The first of the two equations stays in the
-plan only if something else reads its output.
-
-Both are first-order only (their backward kernels compute two gradients, or a routed one, in
-one pass), so traces that build a differentiable gradient graph (``create_graph``) keep the
-separate primitives.
+(``bias_relu``, its VJP ``bias_relu_backward``), and ReLU then max pooling (``relu_max_pool``,
+``relu_max_pool_backward``). Eager code never calls them; compiled plans do, where the fusion
+pass's table (``plan/fusion.py``) finds the equations of the pair and of its VJP in a plan's
+equation list and rewrites them into these.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels, is_array, xp_of
+from ..backend import cuda_kernels, xp_of
 from ..kernels import relu_max_pool_backward, relu_max_pool_forward
 from ..kernels.fused import bias_relu_backward, bias_relu_forward
 from ..kernels.pool import pool_arg_dtype
@@ -182,37 +176,3 @@ relu_max_pool_backward_kernel = primitive(
     doc="relu_max_pool's VJP: each output gradient added at its window's maximum where the "
     "output is positive, in a zero array of the input's shape. Not differentiable.",
 )
-
-
-# -- the table ---------------------------------------------------------------------------------
-def _fuse_bias_relu(add, relu):
-    x, b = add.inputs
-    if (
-        is_array(x)
-        and is_array(b)
-        and x.ndim == 2
-        and b.shape == (x.shape[1],)
-        and x.dtype == b.dtype
-        and x.dtype.kind == "f"
-        and x.flags.c_contiguous
-    ):
-        return bias_relu, {}
-    return None
-
-
-def _fuse_relu_max_pool(relu, pool):
-    (x,) = relu.inputs
-    if is_array(x) and x.ndim in (3, 4) and x.flags.c_contiguous and _plain_windows(pool.attrs):
-        return relu_max_pool, {"kernel": pool.attrs["kernel"], "stride": pool.attrs["stride"]}
-    return None
-
-
-FUSIONS = {
-    ("relu", "max_pool1d"): _fuse_relu_max_pool,
-    ("relu", "max_pool2d"): _fuse_relu_max_pool,
-    ("add", "relu"): _fuse_bias_relu,
-}
-"""(first, second) primitive names -> ``rule(first_node, second_node)``, which returns the
-fused primitive and its attributes (it takes the first node's inputs), or None where the pair's
-shapes or layouts do not fit. In priority order: a ReLU that feeds a max-pool fuses with the
-pool, not with a bias before it."""

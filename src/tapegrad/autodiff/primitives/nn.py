@@ -28,7 +28,7 @@ from . import samples as S
 from .conv import _check_float, _check_rank, _data
 from .elementwise import sigmoid
 from .reduce import _logsumexp, _softmax, _sum
-from .registry import Sample, differentiating, primitive, run, scratch
+from .registry import Sample, primitive, run, scratch
 
 __all__ = [
     "embedding",
@@ -228,10 +228,12 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
 
 
 def _ce_vjp_logits(g, out, logits, target, reduction, aux):
-    # the forward's softmax; recomputed when a gradient graph is built, so that its own
-    # dependence on the logits is differentiated too
-    p = run(_softmax, logits, axis=1) if differentiating(g) else aux[0]
-    return run(_ce_grad, p, target, g, reduction=reduction)
+    # the forward's softmax (``_ce_saved`` says how it follows from the logits)
+    return run(_ce_grad, aux[0], target, g, reduction=reduction)
+
+
+def _ce_saved(logits, target, reduction):
+    return (run(_softmax, logits, axis=1),)
 
 
 def _ce_grad_fwd(p, target, g, reduction, out=None, ws=None):
@@ -359,6 +361,7 @@ _softmax_cross_entropy = primitive(
     reference=_ce_reference,
     samples=_ce_samples,
     aux=True,
+    saved=_ce_saved,
     doc="Cross-entropy of softmax(logits) (N, C) against class ids (N,) or probabilities (N, C), "
     "fused and stable; the logits' VJP is (softmax * sum(target) - target) scaled.",
 )
@@ -421,8 +424,7 @@ def _bce_fwd(logits, target, reduction, out=None, ws=None):
 
 
 def _bce_vjp_logits(g, out, logits, target, reduction, aux):
-    sig = run(sigmoid, logits) if differentiating(g) else aux[0]  # as in _ce_vjp_logits
-    return run(_bce_grad, sig, target, g, reduction=reduction)
+    return run(_bce_grad, aux[0], target, g, reduction=reduction)  # aux: the sigmoid
 
 
 def _bce_grad_fwd(sig, target, g, reduction, out=None, ws=None):
@@ -500,6 +502,7 @@ _bce_with_logits = primitive(
     reference=_bce_reference,
     samples=_bce_samples,
     aux=True,
+    saved=lambda logits, target, reduction: (run(sigmoid, logits),),
     doc="Binary cross-entropy of sigmoid(logits) against targets in [0, 1], fused and stable: "
     "max(x, 0) - x*t + log1p(exp(-|x|)); the logits' VJP is sigmoid(x) - t.",
 )

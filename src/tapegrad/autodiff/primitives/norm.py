@@ -16,7 +16,7 @@ from ..kernels.norm import layer_norm_backward as _backward_kernel
 from ..kernels.norm import layer_norm_forward as _forward_kernel
 from . import samples as S
 from .elementwise import rsqrt
-from .registry import Sample, differentiating, primitive, run, scratch
+from .registry import Sample, primitive, run, scratch
 
 
 def _rows(a):
@@ -58,25 +58,29 @@ def _forward(x, w, b, eps, out=None, ws=None):
     return y, mean, rstd
 
 
-def _composed_grads(g, x, w, eps):
-    """The three gradients with primitives (differentiable): for a gradient graph."""
-    lead = tuple(range(x.ndim - 1))
+def _saved(x, w, b, eps):
+    """The row means and rstd the forward saves, with primitives (flat, as the kernel's)."""
+    n = int(np.prod(x.shape[:-1], dtype=np.int64))
     mean = x.mean(axis=-1, keepdims=True)
     c = x - mean
     rstd = run(rsqrt, (c * c).mean(axis=-1, keepdims=True) + eps)
-    xhat = c * rstd
+    return mean.reshape(n), rstd.reshape(n)
+
+
+def _composite_backward(g, x, w, mean, rstd):
+    """What ``layer_norm_backward`` computes, with primitives (differentiable in every input)."""
+    lead = tuple(range(x.ndim - 1))
+    shape = x.shape[:-1] + (1,)
+    xhat = (x - mean.reshape(shape)) * rstd.reshape(shape)
     h = g * w
-    gx = rstd * (
+    gx = rstd.reshape(shape) * (
         h - h.mean(axis=-1, keepdims=True) - xhat * (h * xhat).mean(axis=-1, keepdims=True)
     )
     return gx, (g * xhat).sum(axis=lead), g.sum(axis=lead)
 
 
 def _vjp(g, out, needs, x, w, b, eps, aux):
-    if differentiating(g):
-        grads = _composed_grads(g, x, w, eps)
-    else:
-        grads = run(layer_norm_backward, g, x, w, *aux)
+    grads = run(layer_norm_backward, g, x, w, *aux)
     return [gr if need else None for gr, need in zip(grads, needs)]
 
 
@@ -128,8 +132,9 @@ layer_norm_backward = primitive(
         for s in [(3, 4), (2, 3, 5), (0, 3)]
         for x, w in [(S.values(rng, s), S.values(rng, s[-1:], 0.5, 1.5))]
     ],
+    composite=_composite_backward,
     doc="layer_norm's VJP in one pass: the input, weight and bias gradients from the output "
-    "gradient and the forward's row means and rstd. Not differentiable.",
+    "gradient and the forward's row means and rstd (differentiated through its composite).",
 )
 
 
@@ -159,6 +164,7 @@ layer_norm = primitive(
     reference=_reference,
     samples=_samples,
     aux=True,
+    saved=_saved,
     broadcasting=True,  # for its dtype check: float inputs of one dtype
     doc="Layer normalisation over the last axis with an elementwise scale and shift, in one "
     "compiled pass each way.",

@@ -39,6 +39,16 @@ a second copy. A fused backward kernel is a primitive of its own (``embedding_ba
 whose rule calls a kernel that is not itself differentiable say ``higher_order=False``: a
 gradient graph through them raises :class:`GraphError` naming them.
 
+**Saved values and composites: one rule whatever the mode.** A forward that saves arrays for
+its rules (``aux=True``) says how they follow from the inputs with ``saved(*inputs, **attrs)``
+(written with primitives: the softmax a cross-entropy saves is ``softmax(logits)``); when the
+rules run to build a gradient graph (``create_graph``, ``tapegrad.gradients``) the engine passes
+them recomputed that way, so their dependence on the inputs is differentiated too. A fused
+kernel that has no rule of its own (``layer_norm_backward``) says what it computes with
+``composite(*inputs, **attrs)`` (primitives); applied while a graph is recorded through it, the
+engine records the composite instead, so its result can be differentiated again. Either way the
+rules themselves never ask which mode they run in.
+
 With ``effect=True`` the forward changes state outside its output (writes into an input, draws
 from a generator): compiled plans keep it in place and never drop it as dead code. With
 ``broadcasting=True`` the engine undoes broadcasting of each input gradient (the ``sum_to``
@@ -122,6 +132,8 @@ class Primitive:
         "diff_mask",
         "higher_order",
         "effect",
+        "saved",
+        "composite",
         "writes_out",
         "uses_ws",
         "doc",
@@ -139,6 +151,8 @@ class Primitive:
         aux: bool = False,
         higher_order: bool = True,
         effect: bool = False,
+        saved: Callable | None = None,
+        composite: Callable | None = None,
         doc: str = "",
     ):
         self.name = name
@@ -159,6 +173,8 @@ class Primitive:
         self.aux = aux
         self.higher_order = higher_order
         self.effect = effect
+        self.saved = saved
+        self.composite = composite
         self.writes_out = _takes(forward, "out")
         self.uses_ws = _takes(forward, "ws")
         self.doc = doc or f"The ``{name}`` primitive."

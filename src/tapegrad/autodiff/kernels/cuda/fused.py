@@ -36,7 +36,7 @@ def _bias_relu_backward(g, out, zero, gx, gb):  # pragma: no cover - compiled
     for j in range(cuda.grid(1), f, cuda.gridsize(1)):
         acc = zero
         for i in range(n):
-            v = g[i, j] * (1 if out[i, j] > 0 else 0)
+            v = g[i, j] if out[i, j] > 0 else zero
             gx[i, j] = v
             acc = v if i == 0 else acc + v
         gb[j] = acc
@@ -48,5 +48,6 @@ def bias_relu_forward(x, b, out) -> None:
 
 
 def bias_relu_backward(g, out, gx, gb) -> None:
-    """``gx = g * (out > 0)`` and ``gb`` its rows summed in order (one thread per column)."""
+    """``gx = where(out > 0, g, 0)`` and ``gb`` its rows summed in order (one thread per
+    column)."""
     launch(_bias_relu_backward, g.shape[1], g, out, g.dtype.type(0), gx, gb)

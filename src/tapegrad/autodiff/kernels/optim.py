@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from ..autodiff.kernels.jit import cached_jit
+    from .jit import cached_jit
 
     _BLOCK = 2048  # elements per pass of the loops below: the block stays in L1 between them
 
