@@ -32,6 +32,8 @@ NAMES = sorted(p.name[: -len("_torch.py")] for p in PAIRS.glob("*_torch.py"))
 RUNS = {
     "char_transformer": (["--steps", "6", "--double"], 1e-9),
     "resnet": (["--epochs", "2", "--train-size", "32", "--double"], 1e-9),
+    "wgan_gp": (["--iterations", "3", "--critic-iters", "3", "--double"], 1e-9),
+    "per_example_grads": (["--steps", "3", "--double"], 1e-9),
 }
 
 
