@@ -34,6 +34,7 @@ RUNS = {
     "resnet": (["--epochs", "2", "--train-size", "32", "--double"], 1e-9),
     "wgan_gp": (["--iterations", "3", "--critic-iters", "3", "--double"], 1e-9),
     "per_example_grads": (["--steps", "3", "--double"], 1e-9),
+    "seq2seq_gru": (["--steps", "3", "--double"], 1e-9),
 }
 
 
