@@ -100,8 +100,18 @@ def _compare(name: str, ours: list[str], theirs: list[str], rtol: float) -> None
         np.testing.assert_allclose(x, y, rtol=rtol, atol=0, err_msg=f"{name}: {a!r} vs {b!r}")
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """PyTorch on one thread: tiny tensors gain nothing from more, and its OpenMP threads
+    spin for seconds on a machine busy with other work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_pair_prints_pytorchs_losses(name, tmp_path, real_data):
+def test_pair_prints_pytorchs_losses(name, tmp_path, real_data, one_thread):
     args, rtol = RUNS[name]
     args = [a.format(data=real_data) for a in args]
     init = str(tmp_path / "init.npz")
