@@ -35,6 +35,11 @@ RUNS = {
     "wgan_gp": (["--iterations", "3", "--critic-iters", "3", "--double"], 1e-9),
     "per_example_grads": (["--steps", "3", "--double"], 1e-9),
     "seq2seq_gru": (["--steps", "3", "--double"], 1e-9),
+    "vae": (
+        "--train-size 48 --test-size 32 --batch-size 16 --log-interval 1 --double "
+        "--data-dir {data}/mnist".split(),
+        1e-9,
+    ),
     # float32, as the program is written: float32 rounds at ~6e-8 per operation, a few
     # Adadelta steps amplify it to ~1e-6 (measured: 3e-7), so 1e-5
     "mnist_cnn": (
