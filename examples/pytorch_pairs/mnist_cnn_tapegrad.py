@@ -72,7 +72,9 @@ def test(model, test_loader):
             pred = output.argmax(dim=1, keepdim=True)
             correct += pred.eq(target.view_as(pred)).sum().item()
     test_loss /= len(test_loader.dataset)
-    print(f"Test set: Average loss: {test_loss:.9g}, Accuracy: {correct}/{len(test_loader.dataset)}")
+    print(
+        f"Test set: Average loss: {test_loss:.9g}, Accuracy: {correct}/{len(test_loader.dataset)}"
+    )
 
 
 def exchange_weights(model, args):

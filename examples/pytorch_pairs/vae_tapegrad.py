@@ -106,7 +106,9 @@ def main(argv=None):
             train_loss += loss.item()
             optimizer.step()
             if batch_idx % args.log_interval == 0:
-                print(f"Train Epoch: {epoch} batch {batch_idx} Loss: {loss.item() / len(data):.12g}")
+                print(
+                    f"Train Epoch: {epoch} batch {batch_idx} Loss: {loss.item() / len(data):.12g}"
+                )
         print(f"Epoch: {epoch} Average loss: {train_loss / len(train_loader.dataset):.12g}")
         model.eval()
         test_loss = 0
