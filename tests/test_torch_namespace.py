@@ -566,6 +566,28 @@ def test_random_functions():
     assert len(seen) > 1 and all(sorted(s) == list(range(5)) for s in seen)  # new draws per call
 
 
+def test_factories_take_requires_grad_and_generator():
+    # PyTorch's keywords: a leaf that requires grad, a generator= for the draws
+    for make in (
+        lambda: tg.randn(2, 3, requires_grad=True),
+        lambda: tg.rand(3, requires_grad=True, dtype=tg.float64),
+        lambda: tg.randn_like(tg.zeros(4), requires_grad=True),
+        lambda: tg.rand_like(tg.zeros(2), dtype=tg.float64, requires_grad=True),
+        lambda: tg.arange(3.0, requires_grad=True),
+        lambda: tg.linspace(0, 1, 5, requires_grad=True),
+        lambda: tg.eye(2, requires_grad=True),
+    ):
+        t = make()
+        assert t.requires_grad and t.is_leaf
+        (t * t).sum().backward()
+        np.testing.assert_allclose(t.grad, 2 * t.data)
+    assert not tg.randn(2).requires_grad
+    assert tg.rand_like(tg.zeros(2), dtype=tg.float64).dtype == np.float64
+    a = tg.randn(5, generator=tg.Generator().manual_seed(7))
+    b = tg.randn(5, generator=tg.Generator().manual_seed(7))
+    np.testing.assert_array_equal(a.data, b.data)
+
+
 def test_more_initialisers():
     w = nn.Parameter(np.zeros((300, 200), np.float32))
     nn.init.trunc_normal_(w, std=0.02, a=-0.03, b=0.03, rng=np.random.default_rng(0))
