@@ -30,8 +30,9 @@ NAMES = sorted(p.name[: -len("_torch.py")] for p in PAIRS.glob("*_torch.py"))
 # kernels) by ~1e-16 per operation; a few training steps amplify that to ~1e-12 at most, so
 # 1e-9 still catches any real difference (a wrong formula moves the numbers by > 1e-4).
 F64 = 1e-9
-# float32 runs (the MNIST CNN, float32 as written): float32 rounds at ~6e-8 per operation, a
-# few Adadelta steps amplify it to ~1e-6 (measured: 3e-7), so 1e-5.
+# float32 runs (the MNIST CNN and the regression's layer, float32 as written): float32
+# rounds at ~6e-8 per operation, a few training steps amplify it to ~1e-6 (measured: 3e-7),
+# so 1e-5.
 F32 = 1e-5
 # L-BFGS on an LSTM amplifies float64 round-off about threefold per inner iteration
 # (measured between the two frameworks: 1e-15 over the first step's 20 evaluations, then
@@ -49,6 +50,7 @@ RUNS = {
         "--data-dir {data}/mnist",
         F32,
     ),
+    "regression": ("--max-steps 40 --log-interval 5", F32),
     "vae": (
         "--train-size 48 --test-size 32 --batch-size 16 --log-interval 1 --double "
         "--data-dir {data}/mnist",

@@ -63,7 +63,6 @@ def main(argv=None):
     parser.add_argument("--save-init")
     parser.add_argument("--load-init")
     args = parser.parse_args(argv)
-    np.random.seed(0)
     torch.manual_seed(0)
 
     data = sine_waves(args.waves, args.length, period=5.0, seed=2)
@@ -89,7 +88,7 @@ def main(argv=None):
         print(f"STEP: {i} loss: {loss.item():.12g}")
         with torch.no_grad():
             pred = seq(test_input, future=args.future)
-            loss = criterion(pred[:, :-args.future], test_target)
+            loss = criterion(pred[:, : -args.future], test_target)
             print(f"test loss: {loss.item():.12g}")
             y = pred.detach().numpy()
         print(f"prediction tail: {' '.join(f'{v:.9f}' for v in y[0, -3:])}")
