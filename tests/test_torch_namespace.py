@@ -615,3 +615,90 @@ def test_in_place_random_fills_and_new_tensor():
     n = w.new_tensor([1, 2])
     assert n.dtype == np.float32 and n.tolist() == [1.0, 2.0] and not n.requires_grad
     assert w.new_empty(2, 3).shape == (2, 3)
+
+
+# -- PyTorch's method forms and in-place twins (the program pairs' probe, issue 26) ----------
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("neg", ()),
+        ("floor", ()),
+        ("ceil", ()),
+        ("round", ()),
+        ("trunc", ()),
+        ("sign", ()),
+        ("reciprocal", ()),
+        ("square", ()),
+        ("log1p", ()),
+        ("expm1", ()),
+        ("erf", ()),
+        ("clamp_min", (0.1,)),
+        ("clamp_max", (0.2,)),
+        ("exp", ()),
+        ("sqrt", ()),
+        ("abs", ()),
+        ("pow", (2,)),
+        ("tanh", ()),
+        ("sigmoid", ()),
+        ("relu", ()),
+        ("sin", ()),
+        ("cos", ()),
+    ],
+)
+def test_method_forms_and_in_place_twins_against_torch(name, args):
+    a = np.abs(_x(3, 4)) + 0.1 if name in ("sqrt", "log1p", "reciprocal") else _x(3, 4)
+    _close(getattr(tg.tensor(a), name)(*args), getattr(torch.tensor(a), name)(*args))
+    ours, theirs = tg.tensor(a.copy()), torch.tensor(a.copy())
+    view = ours.data  # a holder of the array sees the in-place write
+    assert getattr(ours, name + "_")(*args) is ours
+    getattr(theirs, name + "_")(*args)
+    _close(ours, theirs)
+    np.testing.assert_array_equal(view, ours.data)
+    if name in ("floor", "ceil", "round", "trunc", "sign"):
+        return  # piecewise constant: no gradient to follow (tapegrad records none)
+    # recorded: the gradient flows through the in-place update of a non-leaf
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    y, yt = x * 1.5, xt * 1.5
+    getattr(y, name + "_")(*args)
+    getattr(yt, name + "_")(*args)
+    (y * y).sum().backward()
+    (yt * yt).sum().backward()
+    _close(x.grad, xt.grad)
+
+
+def test_indexing_in_place_twins_against_torch():
+    a, mask = _x(3, 4), _x(3, 4) > 0
+    idx = np.array([[0, 2, 1, 0], [1, 0, 2, 2]])
+    src = _x(2, 4, seed=1)
+    cases = [
+        ("masked_fill_", lambda m: (m.tensor(mask), -1.0)),
+        ("scatter_", lambda m: (0, m.tensor(idx), m.tensor(src))),
+        ("scatter_add_", lambda m: (0, m.tensor(idx), m.tensor(src))),
+        ("index_add_", lambda m: (0, m.tensor(np.array([2, 0])), m.tensor(src))),
+        ("lerp_", lambda m: (m.tensor(src[:1].repeat(3, 0)), 0.25)),
+    ]
+    for name, args in cases:
+        ours, theirs = tg.tensor(a.copy()), torch.tensor(a.copy())
+        getattr(ours, name)(*args(tg))
+        getattr(theirs, name)(*args(torch))
+        _close(ours, theirs)
+    for shape in [(3, 3), (3, 5), (2, 2, 2)]:
+        ours, theirs = tg.ones(*shape, dtype=tg.float64), torch.ones(*shape, dtype=torch.float64)
+        _close(ours.fill_diagonal_(7.0), theirs.fill_diagonal_(7.0))
+    with pytest.raises(tg.ShapeError, match="fill_diagonal_: .*one size"):
+        tg.ones(2, 3, 4).fill_diagonal_(0.0)
+    leaf = tg.tensor(a, requires_grad=True)
+    with pytest.raises(tg.GraphError, match="exp_"):
+        leaf.exp_()  # a leaf that requires grad, as PyTorch refuses
+
+
+def test_std_var_unbiased_and_backends():
+    a = _x(4, 3)
+    for kw in [{"unbiased": False}, {"dim": 0, "unbiased": True}, {"dim": 1, "unbiased": False}]:
+        _close(tg.tensor(a).std(**kw), torch.tensor(a).std(**kw))
+        _close(tg.var(tg.tensor(a), **kw), torch.var(torch.tensor(a), **kw))
+    assert tg.backends.mps.is_available() is False
+    tg.backends.cudnn.deterministic = True  # settable switches, as programs set them
+    tg.backends.cudnn.benchmark = False
+    tg.cuda.manual_seed(1)
+    tg.cuda.manual_seed_all(1)

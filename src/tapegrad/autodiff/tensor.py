@@ -350,13 +350,13 @@ class Tensor:
     def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return argmin(self, *_axis_args("argmin", axis, keepdims, dim, keepdim))
 
-    def var(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None):
+    def var(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None, **kw):
         axis, keepdims = _axis_args("var", axis, keepdims, dim, keepdim)
-        return var(self, axis, correction, keepdims)
+        return var(self, axis, correction, keepdims, **kw)  # kw: PyTorch's unbiased=
 
-    def std(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None):
+    def std(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None, **kw):
         axis, keepdims = _axis_args("std", axis, keepdims, dim, keepdim)
-        return std(self, axis, correction, keepdims)
+        return std(self, axis, correction, keepdims, **kw)
 
     def norm(self, ord=2, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A002
         axis, keepdims = _axis_args("norm", axis, keepdims, dim, keepdim)

@@ -270,20 +270,41 @@ logsumexp = _reducer(_logsumexp, "log(sum(exp(x))) (stable)")
 
 
 # -- composites: statistics and norms from the primitives above (so differentiable twice) ------
-def var(x, axis=None, correction: int = 1, keepdims: bool = False, *, dim=None, keepdim=None):
+def var(
+    x,
+    axis=None,
+    correction: int = 1,
+    keepdims: bool = False,
+    *,
+    dim=None,
+    keepdim=None,
+    unbiased=None,
+):
     """Variance over ``axis`` (or ``dim``): the sum of squared deviations over
-    ``n - correction`` (1: unbiased, PyTorch's default; 0: the population variance)."""
+    ``n - correction`` (1: unbiased, PyTorch's default; 0: the population variance).
+    PyTorch's older ``unbiased=`` (True: correction 1, False: 0) works too."""
     axis, keepdims = pick_axis("var", axis, keepdims, dim, keepdim)
+    if unbiased is not None:
+        correction = int(bool(unbiased))
     axes = normalize_axis(axis, _ndim(x))
     n = int(np.prod([np.shape(_plain(x))[a] for a in axes], dtype=np.int64))
     d = x - mean(x, axes, keepdims=True)
     return sum(d * d, axes, keepdims) / builtins.max(n - correction, 0)
 
 
-def std(x, axis=None, correction: int = 1, keepdims: bool = False, *, dim=None, keepdim=None):
-    """Standard deviation: the square root of :func:`var`."""
+def std(
+    x,
+    axis=None,
+    correction: int = 1,
+    keepdims: bool = False,
+    *,
+    dim=None,
+    keepdim=None,
+    unbiased=None,
+):
+    """Standard deviation: the square root of :func:`var` (``unbiased=`` as there)."""
     axis, keepdims = pick_axis("std", axis, keepdims, dim, keepdim)
-    return sqrt(var(x, axis, correction, keepdims))
+    return sqrt(var(x, axis, correction, keepdims, unbiased=unbiased))
 
 
 def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
