@@ -702,3 +702,35 @@ def test_std_var_unbiased_and_backends():
     tg.backends.cudnn.benchmark = False
     tg.cuda.manual_seed(1)
     tg.cuda.manual_seed_all(1)
+
+
+@pytest.mark.parametrize(
+    "fn, kw",
+    [
+        ("vector_norm", {}),
+        ("vector_norm", {"ord": 1, "dim": 1}),
+        ("vector_norm", {"ord": 0}),
+        ("vector_norm", {"ord": float("inf"), "dim": (0, 2), "keepdim": True}),
+        ("vector_norm", {"ord": 3.5, "dim": -1}),
+        ("matrix_norm", {}),
+        ("matrix_norm", {"ord": 1}),
+        ("matrix_norm", {"ord": -1, "keepdim": True}),
+        ("matrix_norm", {"ord": float("inf"), "dim": (0, 2)}),
+        ("matrix_norm", {"ord": -float("inf")}),
+        ("norm", {}),
+        ("norm", {"dim": 1}),
+        ("norm", {"dim": (0, 1)}),
+        ("norm", {"ord": 1, "dim": (1, 2)}),
+    ],
+)
+def test_linalg_norms_against_torch(fn, kw):
+    a = _x(3, 4, 5)
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    ours, theirs = getattr(tg.linalg, fn)(x, **kw), getattr(torch.linalg, fn)(xt, **kw)
+    _close(ours, theirs)
+    if kw.get("ord") != 0:  # the count of nonzeros has no gradient
+        ours.sum().backward()
+        theirs.sum().backward()
+        _close(x.grad, xt.grad)
+    with pytest.raises(ValueError, match="matrix_norm: ord must be"):
+        tg.linalg.norm(tg.tensor(a[0]), ord=2)  # the spectral norm needs an SVD
