@@ -734,3 +734,28 @@ def test_linalg_norms_against_torch(fn, kw):
         _close(x.grad, xt.grad)
     with pytest.raises(ValueError, match="matrix_norm: ord must be"):
         tg.linalg.norm(tg.tensor(a[0]), ord=2)  # the spectral norm needs an SVD
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_norm_gradient_at_zero_is_pytorchs(p):
+    # a gradient penalty whose critic is flat for some samples: PyTorch's norm has gradient
+    # 0 at the zero vector (the formula's 0/0 made the penalty's gradient NaN)
+    a = _x(4, 3)
+    w = _x(3, 1, seed=1)
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    wt_, wt = tg.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    rows = np.array([[0.0], [1.0], [0.0], [2.0]])  # rows 0 and 2: the score ignores x
+    score = ((x @ wt_) * tg.tensor(rows)).sum()
+    score_t = ((xt @ wt) * torch.tensor(rows)).sum()
+    (g,) = tg.autograd.grad(score, x, create_graph=True)
+    (gt,) = torch.autograd.grad(score_t, xt, create_graph=True)
+    pen, pen_t = ((g.norm(p, dim=1) - 1) ** 2).mean(), ((gt.norm(p, dim=1) - 1) ** 2).mean()
+    _close(pen, pen_t)
+    pen.backward()
+    pen_t.backward()
+    assert np.isfinite(wt_.grad).all()
+    _close(wt_.grad, wt.grad)
+    z, zt = tg.zeros(2, 3, requires_grad=True), torch.zeros(2, 3, requires_grad=True)
+    z.norm(p, dim=1).sum().backward()
+    zt.norm(p, dim=1).sum().backward()
+    _close(z.grad, zt.grad)

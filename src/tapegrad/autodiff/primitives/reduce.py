@@ -314,11 +314,11 @@ def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
 
 def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's name
     """The vector ``ord``-norm over ``axis`` (all entries by default): 2, 1, inf, -inf or any
-    p > 0. The 2-norm's gradient at the zero vector is NaN (0/0), as the formula says."""
+    p > 0. At the zero vector the gradient is 0, as PyTorch's (the formula's is 0/0)."""
     axes = normalize_axis(axis, _ndim(x))
     a = absolute(x)
     if ord == 2:
-        return sqrt(sum(x * x, axes, keepdims))
+        return _root_at_zero(sum(x * x, axes, keepdims), sqrt)
     if ord == 1:
         return sum(a, axes, keepdims)
     if ord == np.inf:
@@ -327,7 +327,17 @@ def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's n
         return min(a, axes, keepdims)
     if not ord > 0:
         raise ValueError(f"norm: ord must be positive or +-inf, got {ord}")
-    return power(sum(power(a, float(ord)), axes, keepdims), 1.0 / ord)
+    return _root_at_zero(sum(power(a, float(ord)), axes, keepdims), lambda t: power(t, 1.0 / ord))
+
+
+def _root_at_zero(total, root):
+    """``root(total)`` whose gradient is 0 where ``total`` is 0 (PyTorch's subgradient of a
+    norm at the zero vector) instead of 0 * inf = NaN: the root reads 1 there, and the result
+    is 0; a double ``where``, so higher-order gradients (gradient penalties) stay finite."""
+    from .elementwise import where  # here, not in the import block (being reorganised)
+
+    zero = total == 0
+    return where(zero, 0.0, root(where(zero, 1.0, total)))
 
 
 def _arg_extreme_fwd(x, axis, keepdims, largest, out=None):
