@@ -759,3 +759,55 @@ def test_norm_gradient_at_zero_is_pytorchs(p):
     z.norm(p, dim=1).sum().backward()
     zt.norm(p, dim=1).sum().backward()
     _close(z.grad, zt.grad)
+
+
+def test_functions_in_pytorchs_signatures_against_torch():
+    a, m = _x(4, 5), _x(5, 3, seed=1)
+    T, A, mm = torch.tensor(a), tg.tensor(a), np.stack([m, m])
+    for ours, theirs in [
+        (tg.sort(A, dim=0, descending=True), torch.sort(T, dim=0, descending=True)),
+        (tg.topk(A, 2, dim=0), torch.topk(T, 2, dim=0)),
+        (tg.topk(A, 2, dim=1, largest=False), torch.topk(T, 2, dim=1, largest=False)),
+    ]:
+        _close(ours[0], theirs[0])
+        _close(ours[1], theirs[1])
+    for ours, theirs in [
+        (tg.cumsum(A, dim=1), torch.cumsum(T, dim=1)),
+        (tg.cumprod(A, dim=0), torch.cumprod(T, dim=0)),
+        (tg.prod(A, dim=1, keepdim=True), torch.prod(T, dim=1, keepdim=True)),
+        (tg.flip(A, dims=[0, 1]), torch.flip(T, dims=[0, 1])),
+        (tg.flip(A, dims=(1,)), torch.flip(T, dims=(1,))),
+        (tg.addmm(tg.tensor(a[:, :3]), A, tg.tensor(m), beta=0.5, alpha=2.0),
+         torch.addmm(torch.tensor(a[:, :3]), T, torch.tensor(m), beta=0.5, alpha=2.0)),
+        (tg.baddbmm(tg.zeros(2, 4, 3, dtype=tg.float64), tg.stack([A, A]), tg.tensor(mm)),
+         torch.baddbmm(torch.zeros(2, 4, 3, dtype=torch.float64), torch.stack([T, T]),
+                       torch.tensor(mm))),
+        (tg.trace(A), torch.trace(T)),
+        (tg.cdist(A, tg.tensor(a[:2])), torch.cdist(T, torch.tensor(a[:2]))),
+        (tg.cdist(A, tg.tensor(a[1:3]), p=1.0), torch.cdist(T, torch.tensor(a[1:3]), p=1.0)),
+        (tg.where(A > 0, A, 0.0), torch.where(T > 0, T, 0.0)),
+    ]:  # fmt: skip
+        _close(ours, theirs)
+    for ours, theirs in zip(tg.where(A > 0.5), torch.where(T > 0.5)):
+        _close(ours, theirs)
+    assert tg.sort(A, axis=0)[0].shape == (4, 5)  # NumPy's keyword still works
+    # gradients through the composites
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    (tg.cdist(x, x).sum() + tg.addmm(x[:, :3], x, tg.tensor(m)).sum()).backward()
+    (torch.cdist(xt, xt).sum() + torch.addmm(xt[:, :3], xt, torch.tensor(m)).sum()).backward()
+    _close(x.grad, xt.grad)
+
+
+def test_sequential_of_an_ordered_dict_grad_fn_and_is_cuda():
+    from collections import OrderedDict
+
+    ours = nn.Sequential(OrderedDict([("fc", nn.Linear(3, 2)), ("act", nn.ReLU())]))
+    theirs = torch.nn.Sequential(
+        OrderedDict([("fc", torch.nn.Linear(3, 2)), ("act", torch.nn.ReLU())])
+    )
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["fc.weight", "fc.bias"]
+    assert isinstance(ours.fc, nn.Linear) and isinstance(ours[1], nn.ReLU)
+    with pytest.raises(TypeError, match="Sequential: item act is a int"):
+        nn.Sequential(OrderedDict([("fc", nn.Linear(3, 2)), ("act", 3)]))
+    x = tg.ones(2, requires_grad=True)
+    assert x.grad_fn is None and (x * 2).grad_fn is not None and not x.is_cuda

@@ -18,7 +18,7 @@ from .autodiff import ops
 from .autodiff.backend import float_dtype
 from .autodiff.errors import ShapeError
 from .autodiff.tensor import Tensor
-from .autodiff.tensor_torch import narrow, t  # noqa: F401  (also functions in PyTorch)
+from .autodiff.tensor_torch import batch_matmul, narrow, t  # noqa: F401  (PyTorch's too)
 
 inf, nan, pi, e = math.inf, math.nan, math.pi, math.e
 Size = tuple  # a tensor's shape is a tuple; torch.Size(...) builds one
@@ -214,9 +214,88 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None) -> Tensor:
     return z * std + mean
 
 
+# -- PyTorch's signatures of functions tapegrad has with NumPy's (dim=, dims=, beta/alpha) --------
+def _dim(name: str, dim, axis):
+    """The axis from PyTorch's ``dim`` or NumPy's ``axis`` (given by keyword)."""
+    return dim if axis is None else axis
+
+
+def sort(input, dim: int = -1, descending: bool = False, stable: bool = False, *, axis=None):  # noqa: A002
+    """``(values, indices)`` sorted along ``dim`` (ties keep their order either way)."""
+    return ops.sort(input, _dim("sort", dim, axis), descending)
+
+
+def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, axis=None):  # noqa: A002
+    """``(values, indices)`` of the ``k`` largest (or smallest) entries along ``dim``."""
+    return ops.topk(input, k, _dim("topk", dim, axis), largest, sorted)
+
+
+def cumsum(input, dim=None, *, dtype=None, axis=None) -> Tensor:  # noqa: A002
+    out = ops.cumsum(input if dtype is None else _t(input).to(dtype), _dim("cumsum", dim, axis))
+    return out
+
+
+def cumprod(input, dim=None, *, dtype=None, axis=None) -> Tensor:  # noqa: A002
+    return ops.cumprod(input if dtype is None else _t(input).to(dtype), _dim("cumprod", dim, axis))
+
+
+def prod(input, dim=None, keepdim: bool = False, *, dtype=None, axis=None, keepdims=None):  # noqa: A002
+    x = input if dtype is None else _t(input).to(dtype)
+    return ops.prod(x, _dim("prod", dim, axis), keepdim if keepdims is None else keepdims)
+
+
+def flip(input, dims=None, *, axis=None) -> Tensor:  # noqa: A002
+    """``input`` reversed along ``dims`` (an int or a sequence)."""
+    return ops.flip(input, _dim("flip", dims, axis))
+
+
+def where(condition, input=None, other=None):  # noqa: A002
+    """``input`` where ``condition`` holds, else ``other``; with the condition alone, the
+    indices of its nonzero entries, one tensor per axis (PyTorch's ``where(cond)``)."""
+    if input is None and other is None:
+        return ops.nonzero(condition, as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where: give both input and other, or neither (the nonzero indices)")
+    return ops.where(condition, input, other)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """``beta * input + alpha * (mat1 @ mat2)`` (``input`` ignored when ``beta`` is 0)."""
+    prod_ = ops.matmul(mat1, mat2)
+    prod_ = prod_ if alpha == 1 else prod_ * alpha
+    return prod_ if beta == 0 else prod_ + (input if beta == 1 else _t(input) * beta)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1) -> Tensor:  # noqa: A002
+    """``beta * input + alpha * bmm(batch1, batch2)``."""
+    prod_ = batch_matmul(batch1, batch2)
+    prod_ = prod_ if alpha == 1 else prod_ * alpha
+    return prod_ if beta == 0 else prod_ + (input if beta == 1 else _t(input) * beta)
+
+
+def trace(input) -> Tensor:  # noqa: A002
+    """The sum of a matrix's main diagonal."""
+    x = _t(input)
+    if x.ndim != 2:
+        raise ShapeError(f"trace: expects a matrix, got shape {tuple(x.shape)}")
+    return ops.sum(ops.diagonal(x))
+
+
+def cdist(x1, x2, p: float = 2.0, **kwargs) -> Tensor:
+    """The ``p``-norm distances between the rows of ``x1 (..., P, M)`` and ``x2 (..., R, M)``:
+    ``(..., P, R)`` (gradient 0 at a distance of 0, as PyTorch's)."""
+    a, b = _t(x1), _t(x2)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-1]:
+        raise ShapeError(f"cdist: expects (..., P, M) and (..., R, M), got {a.shape} and {b.shape}")
+    diff = ops.expand_dims(a, -2) - ops.expand_dims(b, -3)
+    return ops.norm(diff, p, -1)
+
+
 __all__ = [
     "inf", "nan", "pi", "e", "Size", "clamp", "clamp_min", "clamp_max", "unsqueeze",
     "randperm", "empty", "empty_like", "mm", "mv", "dot", "outer", "ger", "amax", "amin",
     "movedim", "moveaxis", "swapaxes", "swapdims", "ravel", "vstack", "hstack", "nan_to_num",
     "count_nonzero", "logit", "var_mean", "allclose", "bernoulli", "normal", "narrow", "t",
+    "sort", "topk", "cumsum", "cumprod", "prod", "flip", "where", "addmm", "baddbmm", "trace",
+    "cdist",
 ]  # fmt: skip

@@ -192,6 +192,16 @@ def fill_diagonal_(self, fill_value, wrap: bool = False) -> Tensor:
     return _inplace_method("masked_fill")(self, mask, fill_value)
 
 
+def _grad_fn(self):
+    """The recorded operation that made this tensor (None for a leaf or a constant): truthy
+    where PyTorch's ``grad_fn`` is."""
+    return self._node
+
+
+def _is_cuda(self) -> bool:
+    return str(self.device).startswith("cuda")
+
+
 # PyTorch's methods that tapegrad has as functions only, then the in-place twins
 _FUNCTION_METHODS = (
     "neg negative floor ceil round trunc sign reciprocal rsqrt square log1p expm1 erf "
@@ -224,6 +234,7 @@ _METHODS = {
 def attach() -> None:
     """Put the methods above on :class:`Tensor` (those it does not define itself)."""
     methods = dict(_METHODS, fill_diagonal_=fill_diagonal_)
+    methods.update(grad_fn=property(_grad_fn), is_cuda=property(_is_cuda))
     methods.update({name: _function_method(name) for name in _FUNCTION_METHODS})
     methods.update({name + "_": _inplace_method(name) for name in _INPLACE_METHODS})
     for name, fn in methods.items():

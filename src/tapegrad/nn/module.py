@@ -557,12 +557,19 @@ class Sequential(ModuleList):
     """
 
     def __init__(self, *modules: Module) -> None:
+        named = len(modules) == 1 and isinstance(modules[0], dict)  # Sequential(OrderedDict)
         if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
             modules = tuple(modules[0])
-        for i, m in enumerate(modules):
+        items = modules[0].items() if named else enumerate(modules)
+        for i, m in items:
             if not isinstance(m, Module):
                 raise TypeError(f"Sequential: item {i} is a {type(m).__name__}, not an nn.Module")
-        super().__init__(modules)
+        if not named:
+            super().__init__(modules)
+            return
+        super().__init__(())
+        for name, m in modules[0].items():  # PyTorch's named form: parameters "fc.weight", ...
+            self.add_module(str(name), m)
 
     def __getitem__(self, index):
         items = self._items()
