@@ -811,3 +811,27 @@ def test_sequential_of_an_ordered_dict_grad_fn_and_is_cuda():
         nn.Sequential(OrderedDict([("fc", nn.Linear(3, 2)), ("act", 3)]))
     x = tg.ones(2, requires_grad=True)
     assert x.grad_fn is None and (x * 2).grad_fn is not None and not x.is_cuda
+
+
+def test_forward_hooks_like_torch():
+    a = _x(2, 3)
+    ours = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    theirs.double()
+    ours.double()
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    seen_ours, seen_theirs, handles = {}, {}, []
+    for model, seen in ((ours, seen_ours), (theirs, seen_theirs)):
+        handles.append(model[1].register_forward_hook(lambda m, i, o, s=seen: s.update(act=o)))
+        model[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))  # doubles the input
+        model[2].register_forward_hook(lambda m, i, o: o + 1)  # replaces the output
+    out, out_t = ours(tg.tensor(a)), theirs(torch.tensor(a))
+    _close(out, out_t)
+    _close(seen_ours["act"], seen_theirs["act"])
+    handles[0].remove()
+    seen_ours.clear()
+    ours(tg.tensor(a))
+    assert not seen_ours  # removed
+    step = tg.compile(lambda x: ours(x))
+    with pytest.raises(tg.TraceError, match="forward hooks"):
+        step(np.ones((2, 3)))
