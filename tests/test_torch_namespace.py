@@ -835,3 +835,18 @@ def test_forward_hooks_like_torch():
     step = tg.compile(lambda x: ours(x))
     with pytest.raises(tg.TraceError, match="forward hooks"):
         step(np.ones((2, 3)))
+
+
+def test_kron_and_triangle_indices_against_torch():
+    for sa, sb in [((2, 3), (3, 2)), ((3,), (2,)), ((2,), (2, 3)), ((2, 1, 2), (1, 3, 2))]:
+        a, b = _x(*sa), _x(*sb, seed=1)
+        x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ours, theirs = tg.kron(x, tg.tensor(b)), torch.kron(xt, torch.tensor(b))
+        _close(ours, theirs)
+        (ours * ours).sum().backward()
+        (theirs * theirs).sum().backward()
+        _close(x.grad, xt.grad)
+    for args in [(3, 3), (4, 3, 1), (3, 5, -1), (2, 4, 2)]:
+        _close(tg.tril_indices(*args), torch.tril_indices(*args))
+        _close(tg.triu_indices(*args), torch.triu_indices(*args))
+    assert tg.tril_indices(3, 3).dtype == np.int64

@@ -291,11 +291,39 @@ def cdist(x1, x2, p: float = 2.0, **kwargs) -> Tensor:
     return ops.norm(diff, p, -1)
 
 
+def kron(input, other) -> Tensor:  # noqa: A002
+    """The Kronecker product: block ``(i, j, ...)`` is ``input[i, j, ...] * other``
+    (the fewer axes padded in front with 1s)."""
+    a, b = _t(input), _t(other)
+    n = max(a.ndim, b.ndim)
+    sa, sb = (1,) * (n - a.ndim) + tuple(a.shape), (1,) * (n - b.ndim) + tuple(b.shape)
+    inter_a = tuple(v for s in sa for v in (s, 1))  # (a0, 1, a1, 1, ...)
+    inter_b = tuple(v for s in sb for v in (1, s))  # (1, b0, 1, b1, ...)
+    out = ops.reshape(a, inter_a) * ops.reshape(b, inter_b)
+    return ops.reshape(out, tuple(x * y for x, y in zip(sa, sb)))
+
+
+def _triangle_indices(which, row: int, col: int, offset: int, dtype) -> Tensor:
+    rows, cols = which(int(row), int(offset), int(col))
+    return Tensor(np.stack([rows, cols]).astype(dtype))
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=np.int64, **kwargs) -> Tensor:
+    """``(2, N)``: the row and column indices of the lower triangle of a ``row x col`` matrix
+    (``offset`` diagonals above the main one included), row by row."""
+    return _triangle_indices(np.tril_indices, row, col, offset, dtype)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=np.int64, **kwargs) -> Tensor:
+    """``(2, N)``: the indices of the upper triangle (from ``offset``), row by row."""
+    return _triangle_indices(np.triu_indices, row, col, offset, dtype)
+
+
 __all__ = [
     "inf", "nan", "pi", "e", "Size", "clamp", "clamp_min", "clamp_max", "unsqueeze",
     "randperm", "empty", "empty_like", "mm", "mv", "dot", "outer", "ger", "amax", "amin",
     "movedim", "moveaxis", "swapaxes", "swapdims", "ravel", "vstack", "hstack", "nan_to_num",
     "count_nonzero", "logit", "var_mean", "allclose", "bernoulli", "normal", "narrow", "t",
     "sort", "topk", "cumsum", "cumprod", "prod", "flip", "where", "addmm", "baddbmm", "trace",
-    "cdist",
+    "cdist", "kron", "tril_indices", "triu_indices",
 ]  # fmt: skip
