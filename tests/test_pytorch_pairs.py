@@ -22,6 +22,9 @@ torch = pytest.importorskip("torch")
 
 import tapegrad as tg  # noqa: E402
 
+# importing torch.func makes PyTorch warn about its own torch.jit
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
+
 PAIRS = Path(__file__).resolve().parents[1] / "examples" / "pytorch_pairs"
 NAMES = sorted(p.name[: -len("_torch.py")] for p in PAIRS.glob("*_torch.py"))
 
