@@ -850,3 +850,36 @@ def test_kron_and_triangle_indices_against_torch():
         _close(tg.tril_indices(*args), torch.tril_indices(*args))
         _close(tg.triu_indices(*args), torch.triu_indices(*args))
     assert tg.tril_indices(3, 3).dtype == np.int64
+
+
+def test_median_quantile_unique_bincount_against_torch():
+    a = _x(4, 5)  # distinct entries: the median's index is unique
+    T = torch.tensor(a)
+    _close(tg.median(tg.tensor(a)), torch.median(T))
+    for dim, keep in [(1, True), (0, False)]:
+        ours, theirs = tg.median(tg.tensor(a), dim=dim, keepdim=keep), torch.median(T, dim, keep)
+        _close(ours.values, theirs.values)
+        _close(ours.indices, theirs.indices)
+    for q, kw in [(0.3, {}), ([0.1, 0.5, 0.9], {"dim": 1}), (0.75, {"dim": 0, "keepdim": True})]:
+        qt = torch.tensor(q, dtype=torch.float64) if isinstance(q, list) else q
+        x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ours, theirs = tg.quantile(x, q, **kw), torch.quantile(xt, qt, **kw)
+        _close(ours, theirs)
+        ours.sum().backward()
+        theirs.sum().backward()
+        _close(x.grad, xt.grad)
+    u = np.array([3, 1, 3, 2, 1, 1])
+    ours = tg.unique(tg.tensor(u), return_inverse=True, return_counts=True)
+    theirs = torch.unique(torch.tensor(u), return_inverse=True, return_counts=True)
+    for o, t in zip(ours, theirs):
+        _close(o, t)
+    _close(tg.unique(tg.tensor(u)), torch.unique(torch.tensor(u)))
+    _close(tg.bincount(tg.tensor(u), minlength=6), torch.bincount(torch.tensor(u), minlength=6))
+    w = _x(6)
+    _close(
+        tg.bincount(tg.tensor(u), tg.tensor(w)), torch.bincount(torch.tensor(u), torch.tensor(w))
+    )
+    with pytest.raises(tg.TraceError, match="unique inside a compiled function"):
+        tg.compile(lambda x: tg.unique(x))(u)
+    with pytest.raises(ValueError, match="quantile: q must be"):
+        tg.quantile(tg.tensor(a), 1.5)

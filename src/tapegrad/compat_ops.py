@@ -319,11 +319,96 @@ def triu_indices(row: int, col: int, offset: int = 0, *, dtype=np.int64, **kwarg
     return _triangle_indices(np.triu_indices, row, col, offset, dtype)
 
 
+# -- order statistics and counting ------------------------------------------------------------
+def _take(x: Tensor, axis: int, k) -> Tensor:
+    """``x``'s entries at position ``k`` (an int) along ``axis``, that axis removed."""
+    index = (slice(None),) * (axis % x.ndim) + (k,)
+    return x[index]
+
+
+def median(input, dim=None, keepdim: bool = False):  # noqa: A002
+    """The lower median (entry ``(n - 1) // 2`` in sorted order): of all entries when ``dim``
+    is None, else ``(values, indices)`` along ``dim``, as PyTorch's."""
+    x = _t(input)
+    if dim is None:
+        flat = ops.reshape(x, (-1,))
+        return _take(ops.sort(flat, 0)[0], 0, (flat.shape[0] - 1) // 2)
+    ordered = ops.sort(x, dim)  # (values, indices), a named pair
+    k = (x.shape[dim] - 1) // 2
+    v, i = _take(ordered[0], dim, k), _take(ordered[1], dim, k)
+    if keepdim:
+        v, i = ops.expand_dims(v, dim), ops.expand_dims(i, dim)
+    return type(ordered)(v, i)
+
+
+def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = "linear"):  # noqa: A002
+    """The ``q``-quantiles (a number, or a 1-d sequence/tensor giving a leading axis) over
+    ``dim`` (all entries when None), interpolated linearly between the sorted entries as
+    PyTorch's default; differentiable in ``input``."""
+    if interpolation != "linear":
+        raise NotImplementedError(f"quantile: interpolation={interpolation!r} (only 'linear')")
+    x = _t(input)
+    if dim is None:
+        x, dim = ops.reshape(x, (-1,)), 0
+    dim %= x.ndim
+    qs = np.asarray(q.data if isinstance(q, Tensor) else q, np.float64)
+    if qs.ndim > 1 or ((qs < 0) | (qs > 1)).any():
+        raise ValueError(f"quantile: q must be a number or a 1-d sequence in [0, 1], got {q!r}")
+    s = ops.sort(x, dim)[0]
+    n = x.shape[dim]
+    out = []
+    for qv in np.atleast_1d(qs):
+        pos = qv * (n - 1)
+        lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+        a, b = _take(s, dim, lo), _take(s, dim, hi)
+        v = a if hi == lo else a + (b - a) * float(pos - lo)
+        out.append(ops.expand_dims(v, dim) if keepdim else v)
+    return out[0] if qs.ndim == 0 else ops.stack(out, 0)
+
+
+def _eager(name: str, x) -> np.ndarray:
+    from .autodiff.plan import TraceError
+    from .autodiff.tensor import _TRACING
+
+    if _TRACING.active is not None:
+        raise TraceError(
+            f"{name} inside a compiled function: its result's size depends on the values; "
+            f"call it outside the step"
+        )
+    return np.asarray(_t(x).numpy())
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):  # noqa: A002
+    """The distinct entries (sorted), with the inverse indices and counts when asked, as
+    PyTorch's; not differentiable, eager only (the size depends on the values)."""
+    a = _eager("unique", input)
+    values, inverse, counts = np.unique(a, return_inverse=True, return_counts=True, axis=dim)
+    out = [Tensor(values)]
+    if return_inverse:
+        shape = a.shape if dim is None else (a.shape[dim],)
+        out.append(Tensor(inverse.reshape(shape).astype(np.int64)))
+    if return_counts:
+        out.append(Tensor(counts.astype(np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def bincount(input, weights=None, minlength: int = 0) -> Tensor:  # noqa: A002
+    """How often each value ``0..max`` occurs in the 1-d non-negative integer ``input``
+    (weighted sums with ``weights``); eager only, as :func:`unique`."""
+    a = _eager("bincount", input)
+    if a.ndim != 1 or a.dtype.kind not in "iu" or (a < 0).any():
+        raise ValueError(f"bincount: expects 1-d non-negative integers, got {a.dtype} {a.shape}")
+    w = None if weights is None else _eager("bincount", weights)
+    counts = np.bincount(a, w, int(minlength))
+    return Tensor(counts if w is not None else counts.astype(np.int64))
+
+
 __all__ = [
     "inf", "nan", "pi", "e", "Size", "clamp", "clamp_min", "clamp_max", "unsqueeze",
     "randperm", "empty", "empty_like", "mm", "mv", "dot", "outer", "ger", "amax", "amin",
     "movedim", "moveaxis", "swapaxes", "swapdims", "ravel", "vstack", "hstack", "nan_to_num",
     "count_nonzero", "logit", "var_mean", "allclose", "bernoulli", "normal", "narrow", "t",
     "sort", "topk", "cumsum", "cumprod", "prod", "flip", "where", "addmm", "baddbmm", "trace",
-    "cdist", "kron", "tril_indices", "triu_indices",
+    "cdist", "kron", "tril_indices", "triu_indices", "median", "quantile", "unique",
+    "bincount",
 ]  # fmt: skip
