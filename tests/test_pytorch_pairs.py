@@ -34,8 +34,9 @@ NAMES = sorted(p.name[: -len("_torch.py")] for p in PAIRS.glob("*_torch.py"))
 # 1e-9 still catches any real difference (a wrong formula moves the numbers by > 1e-4).
 F64 = 1e-9
 # float32 runs (the MNIST CNN and the regression's layer, float32 as written): float32
-# rounds at ~6e-8 per operation, a few training steps amplify it to ~1e-6 (measured: 3e-7),
-# so 1e-5.
+# rounds at ~6e-8 per operation, a few training steps amplify it to ~1e-6 (measured over
+# every program run without --double: 3e-7 at most), so 1e-5. The other programs run in
+# float64 only, to keep this file fast (PyTorch's first float32 call of a kind costs ~1 s).
 F32 = 1e-5
 # L-BFGS on an LSTM amplifies float64 round-off about threefold per inner iteration
 # (measured between the two frameworks: 1e-15 over the first step's 20 evaluations, then
