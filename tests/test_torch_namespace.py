@@ -566,6 +566,28 @@ def test_random_functions():
     assert len(seen) > 1 and all(sorted(s) == list(range(5)) for s in seen)  # new draws per call
 
 
+def test_factories_take_requires_grad_and_generator():
+    # PyTorch's keywords: a leaf that requires grad, a generator= for the draws
+    for make in (
+        lambda: tg.randn(2, 3, requires_grad=True),
+        lambda: tg.rand(3, requires_grad=True, dtype=tg.float64),
+        lambda: tg.randn_like(tg.zeros(4), requires_grad=True),
+        lambda: tg.rand_like(tg.zeros(2), dtype=tg.float64, requires_grad=True),
+        lambda: tg.arange(3.0, requires_grad=True),
+        lambda: tg.linspace(0, 1, 5, requires_grad=True),
+        lambda: tg.eye(2, requires_grad=True),
+    ):
+        t = make()
+        assert t.requires_grad and t.is_leaf
+        (t * t).sum().backward()
+        np.testing.assert_allclose(t.grad, 2 * t.data)
+    assert not tg.randn(2).requires_grad
+    assert tg.rand_like(tg.zeros(2), dtype=tg.float64).dtype == np.float64
+    a = tg.randn(5, generator=tg.Generator().manual_seed(7))
+    b = tg.randn(5, generator=tg.Generator().manual_seed(7))
+    np.testing.assert_array_equal(a.data, b.data)
+
+
 def test_more_initialisers():
     w = nn.Parameter(np.zeros((300, 200), np.float32))
     nn.init.trunc_normal_(w, std=0.02, a=-0.03, b=0.03, rng=np.random.default_rng(0))
@@ -593,3 +615,271 @@ def test_in_place_random_fills_and_new_tensor():
     n = w.new_tensor([1, 2])
     assert n.dtype == np.float32 and n.tolist() == [1.0, 2.0] and not n.requires_grad
     assert w.new_empty(2, 3).shape == (2, 3)
+
+
+# -- PyTorch's method forms and in-place twins (the program pairs' probe, issue 26) ----------
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("neg", ()),
+        ("floor", ()),
+        ("ceil", ()),
+        ("round", ()),
+        ("trunc", ()),
+        ("sign", ()),
+        ("reciprocal", ()),
+        ("square", ()),
+        ("log1p", ()),
+        ("expm1", ()),
+        ("erf", ()),
+        ("clamp_min", (0.1,)),
+        ("clamp_max", (0.2,)),
+        ("exp", ()),
+        ("sqrt", ()),
+        ("abs", ()),
+        ("pow", (2,)),
+        ("tanh", ()),
+        ("sigmoid", ()),
+        ("relu", ()),
+        ("sin", ()),
+        ("cos", ()),
+    ],
+)
+def test_method_forms_and_in_place_twins_against_torch(name, args):
+    a = np.abs(_x(3, 4)) + 0.1 if name in ("sqrt", "log1p", "reciprocal") else _x(3, 4)
+    _close(getattr(tg.tensor(a), name)(*args), getattr(torch.tensor(a), name)(*args))
+    ours, theirs = tg.tensor(a.copy()), torch.tensor(a.copy())
+    view = ours.data  # a holder of the array sees the in-place write
+    assert getattr(ours, name + "_")(*args) is ours
+    getattr(theirs, name + "_")(*args)
+    _close(ours, theirs)
+    np.testing.assert_array_equal(view, ours.data)
+    if name in ("floor", "ceil", "round", "trunc", "sign"):
+        return  # piecewise constant: no gradient to follow (tapegrad records none)
+    # recorded: the gradient flows through the in-place update of a non-leaf
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    y, yt = x * 1.5, xt * 1.5
+    getattr(y, name + "_")(*args)
+    getattr(yt, name + "_")(*args)
+    (y * y).sum().backward()
+    (yt * yt).sum().backward()
+    _close(x.grad, xt.grad)
+
+
+def test_indexing_in_place_twins_against_torch():
+    a, mask = _x(3, 4), _x(3, 4) > 0
+    idx = np.array([[0, 2, 1, 0], [1, 0, 2, 2]])
+    src = _x(2, 4, seed=1)
+    cases = [
+        ("masked_fill_", lambda m: (m.tensor(mask), -1.0)),
+        ("scatter_", lambda m: (0, m.tensor(idx), m.tensor(src))),
+        ("scatter_add_", lambda m: (0, m.tensor(idx), m.tensor(src))),
+        ("index_add_", lambda m: (0, m.tensor(np.array([2, 0])), m.tensor(src))),
+        ("lerp_", lambda m: (m.tensor(src[:1].repeat(3, 0)), 0.25)),
+    ]
+    for name, args in cases:
+        ours, theirs = tg.tensor(a.copy()), torch.tensor(a.copy())
+        getattr(ours, name)(*args(tg))
+        getattr(theirs, name)(*args(torch))
+        _close(ours, theirs)
+    for shape in [(3, 3), (3, 5), (2, 2, 2)]:
+        ours, theirs = tg.ones(*shape, dtype=tg.float64), torch.ones(*shape, dtype=torch.float64)
+        _close(ours.fill_diagonal_(7.0), theirs.fill_diagonal_(7.0))
+    with pytest.raises(tg.ShapeError, match="fill_diagonal_: .*one size"):
+        tg.ones(2, 3, 4).fill_diagonal_(0.0)
+    leaf = tg.tensor(a, requires_grad=True)
+    with pytest.raises(tg.GraphError, match="exp_"):
+        leaf.exp_()  # a leaf that requires grad, as PyTorch refuses
+
+
+def test_std_var_unbiased_and_backends():
+    a = _x(4, 3)
+    for kw in [{"unbiased": False}, {"dim": 0, "unbiased": True}, {"dim": 1, "unbiased": False}]:
+        _close(tg.tensor(a).std(**kw), torch.tensor(a).std(**kw))
+        _close(tg.var(tg.tensor(a), **kw), torch.var(torch.tensor(a), **kw))
+    assert tg.backends.mps.is_available() is False
+    tg.backends.cudnn.deterministic = True  # settable switches, as programs set them
+    tg.backends.cudnn.benchmark = False
+    tg.cuda.manual_seed(1)
+    tg.cuda.manual_seed_all(1)
+
+
+@pytest.mark.parametrize(
+    "fn, kw",
+    [
+        ("vector_norm", {}),
+        ("vector_norm", {"ord": 1, "dim": 1}),
+        ("vector_norm", {"ord": 0}),
+        ("vector_norm", {"ord": float("inf"), "dim": (0, 2), "keepdim": True}),
+        ("vector_norm", {"ord": 3.5, "dim": -1}),
+        ("matrix_norm", {}),
+        ("matrix_norm", {"ord": 1}),
+        ("matrix_norm", {"ord": -1, "keepdim": True}),
+        ("matrix_norm", {"ord": float("inf"), "dim": (0, 2)}),
+        ("matrix_norm", {"ord": -float("inf")}),
+        ("norm", {}),
+        ("norm", {"dim": 1}),
+        ("norm", {"dim": (0, 1)}),
+        ("norm", {"ord": 1, "dim": (1, 2)}),
+    ],
+)
+def test_linalg_norms_against_torch(fn, kw):
+    a = _x(3, 4, 5)
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    ours, theirs = getattr(tg.linalg, fn)(x, **kw), getattr(torch.linalg, fn)(xt, **kw)
+    _close(ours, theirs)
+    if kw.get("ord") != 0:  # the count of nonzeros has no gradient
+        ours.sum().backward()
+        theirs.sum().backward()
+        _close(x.grad, xt.grad)
+    with pytest.raises(ValueError, match="matrix_norm: ord must be"):
+        tg.linalg.norm(tg.tensor(a[0]), ord=2)  # the spectral norm needs an SVD
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_norm_gradient_at_zero_is_pytorchs(p):
+    # a gradient penalty whose critic is flat for some samples: PyTorch's norm has gradient
+    # 0 at the zero vector (the formula's 0/0 made the penalty's gradient NaN)
+    a = _x(4, 3)
+    w = _x(3, 1, seed=1)
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    wt_, wt = tg.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    rows = np.array([[0.0], [1.0], [0.0], [2.0]])  # rows 0 and 2: the score ignores x
+    score = ((x @ wt_) * tg.tensor(rows)).sum()
+    score_t = ((xt @ wt) * torch.tensor(rows)).sum()
+    (g,) = tg.autograd.grad(score, x, create_graph=True)
+    (gt,) = torch.autograd.grad(score_t, xt, create_graph=True)
+    pen, pen_t = ((g.norm(p, dim=1) - 1) ** 2).mean(), ((gt.norm(p, dim=1) - 1) ** 2).mean()
+    _close(pen, pen_t)
+    pen.backward()
+    pen_t.backward()
+    assert np.isfinite(wt_.grad).all()
+    _close(wt_.grad, wt.grad)
+    z, zt = tg.zeros(2, 3, requires_grad=True), torch.zeros(2, 3, requires_grad=True)
+    z.norm(p, dim=1).sum().backward()
+    zt.norm(p, dim=1).sum().backward()
+    _close(z.grad, zt.grad)
+
+
+def test_functions_in_pytorchs_signatures_against_torch():
+    a, m = _x(4, 5), _x(5, 3, seed=1)
+    T, A, mm = torch.tensor(a), tg.tensor(a), np.stack([m, m])
+    for ours, theirs in [
+        (tg.sort(A, dim=0, descending=True), torch.sort(T, dim=0, descending=True)),
+        (tg.topk(A, 2, dim=0), torch.topk(T, 2, dim=0)),
+        (tg.topk(A, 2, dim=1, largest=False), torch.topk(T, 2, dim=1, largest=False)),
+    ]:
+        _close(ours[0], theirs[0])
+        _close(ours[1], theirs[1])
+    for ours, theirs in [
+        (tg.cumsum(A, dim=1), torch.cumsum(T, dim=1)),
+        (tg.cumprod(A, dim=0), torch.cumprod(T, dim=0)),
+        (tg.prod(A, dim=1, keepdim=True), torch.prod(T, dim=1, keepdim=True)),
+        (tg.flip(A, dims=[0, 1]), torch.flip(T, dims=[0, 1])),
+        (tg.flip(A, dims=(1,)), torch.flip(T, dims=(1,))),
+        (tg.addmm(tg.tensor(a[:, :3]), A, tg.tensor(m), beta=0.5, alpha=2.0),
+         torch.addmm(torch.tensor(a[:, :3]), T, torch.tensor(m), beta=0.5, alpha=2.0)),
+        (tg.baddbmm(tg.zeros(2, 4, 3, dtype=tg.float64), tg.stack([A, A]), tg.tensor(mm)),
+         torch.baddbmm(torch.zeros(2, 4, 3, dtype=torch.float64), torch.stack([T, T]),
+                       torch.tensor(mm))),
+        (tg.trace(A), torch.trace(T)),
+        (tg.cdist(A, tg.tensor(a[:2])), torch.cdist(T, torch.tensor(a[:2]))),
+        (tg.cdist(A, tg.tensor(a[1:3]), p=1.0), torch.cdist(T, torch.tensor(a[1:3]), p=1.0)),
+        (tg.where(A > 0, A, 0.0), torch.where(T > 0, T, 0.0)),
+    ]:  # fmt: skip
+        _close(ours, theirs)
+    for ours, theirs in zip(tg.where(A > 0.5), torch.where(T > 0.5)):
+        _close(ours, theirs)
+    assert tg.sort(A, axis=0)[0].shape == (4, 5)  # NumPy's keyword still works
+    # gradients through the composites
+    x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    (tg.cdist(x, x).sum() + tg.addmm(x[:, :3], x, tg.tensor(m)).sum()).backward()
+    (torch.cdist(xt, xt).sum() + torch.addmm(xt[:, :3], xt, torch.tensor(m)).sum()).backward()
+    _close(x.grad, xt.grad)
+
+
+def test_sequential_of_an_ordered_dict_grad_fn_and_is_cuda():
+    from collections import OrderedDict
+
+    ours = nn.Sequential(OrderedDict([("fc", nn.Linear(3, 2)), ("act", nn.ReLU())]))
+    theirs = torch.nn.Sequential(
+        OrderedDict([("fc", torch.nn.Linear(3, 2)), ("act", torch.nn.ReLU())])
+    )
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["fc.weight", "fc.bias"]
+    assert isinstance(ours.fc, nn.Linear) and isinstance(ours[1], nn.ReLU)
+    with pytest.raises(TypeError, match="Sequential: item act is a int"):
+        nn.Sequential(OrderedDict([("fc", nn.Linear(3, 2)), ("act", 3)]))
+    x = tg.ones(2, requires_grad=True)
+    assert x.grad_fn is None and (x * 2).grad_fn is not None and not x.is_cuda
+
+
+def test_forward_hooks_like_torch():
+    a = _x(2, 3)
+    ours = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    theirs.double()
+    ours.double()
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    seen_ours, seen_theirs, handles = {}, {}, []
+    for model, seen in ((ours, seen_ours), (theirs, seen_theirs)):
+        handles.append(model[1].register_forward_hook(lambda m, i, o, s=seen: s.update(act=o)))
+        model[0].register_forward_pre_hook(lambda m, args: (args[0] * 2,))  # doubles the input
+        model[2].register_forward_hook(lambda m, i, o: o + 1)  # replaces the output
+    out, out_t = ours(tg.tensor(a)), theirs(torch.tensor(a))
+    _close(out, out_t)
+    _close(seen_ours["act"], seen_theirs["act"])
+    handles[0].remove()
+    seen_ours.clear()
+    ours(tg.tensor(a))
+    assert not seen_ours  # removed
+    step = tg.compile(lambda x: ours(x))
+    with pytest.raises(tg.TraceError, match="forward hooks"):
+        step(np.ones((2, 3)))
+
+
+def test_kron_and_triangle_indices_against_torch():
+    for sa, sb in [((2, 3), (3, 2)), ((3,), (2,)), ((2,), (2, 3)), ((2, 1, 2), (1, 3, 2))]:
+        a, b = _x(*sa), _x(*sb, seed=1)
+        x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ours, theirs = tg.kron(x, tg.tensor(b)), torch.kron(xt, torch.tensor(b))
+        _close(ours, theirs)
+        (ours * ours).sum().backward()
+        (theirs * theirs).sum().backward()
+        _close(x.grad, xt.grad)
+    for args in [(3, 3), (4, 3, 1), (3, 5, -1), (2, 4, 2)]:
+        _close(tg.tril_indices(*args), torch.tril_indices(*args))
+        _close(tg.triu_indices(*args), torch.triu_indices(*args))
+    assert tg.tril_indices(3, 3).dtype == np.int64
+
+
+def test_median_quantile_unique_bincount_against_torch():
+    a = _x(4, 5)  # distinct entries: the median's index is unique
+    T = torch.tensor(a)
+    _close(tg.median(tg.tensor(a)), torch.median(T))
+    for dim, keep in [(1, True), (0, False)]:
+        ours, theirs = tg.median(tg.tensor(a), dim=dim, keepdim=keep), torch.median(T, dim, keep)
+        _close(ours.values, theirs.values)
+        _close(ours.indices, theirs.indices)
+    for q, kw in [(0.3, {}), ([0.1, 0.5, 0.9], {"dim": 1}), (0.75, {"dim": 0, "keepdim": True})]:
+        qt = torch.tensor(q, dtype=torch.float64) if isinstance(q, list) else q
+        x, xt = tg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ours, theirs = tg.quantile(x, q, **kw), torch.quantile(xt, qt, **kw)
+        _close(ours, theirs)
+        ours.sum().backward()
+        theirs.sum().backward()
+        _close(x.grad, xt.grad)
+    u = np.array([3, 1, 3, 2, 1, 1])
+    ours = tg.unique(tg.tensor(u), return_inverse=True, return_counts=True)
+    theirs = torch.unique(torch.tensor(u), return_inverse=True, return_counts=True)
+    for o, t in zip(ours, theirs):
+        _close(o, t)
+    _close(tg.unique(tg.tensor(u)), torch.unique(torch.tensor(u)))
+    _close(tg.bincount(tg.tensor(u), minlength=6), torch.bincount(torch.tensor(u), minlength=6))
+    w = _x(6)
+    _close(
+        tg.bincount(tg.tensor(u), tg.tensor(w)), torch.bincount(torch.tensor(u), torch.tensor(w))
+    )
+    with pytest.raises(tg.TraceError, match="unique inside a compiled function"):
+        tg.compile(lambda x: tg.unique(x))(u)
+    with pytest.raises(ValueError, match="quantile: q must be"):
+        tg.quantile(tg.tensor(a), 1.5)

@@ -59,7 +59,7 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
 # utils.data, the default dtype, threads, devices, more functions (compat, compat_ops) and the
 # dtypes as attributes (dtypes: not in __all__, where float, int and bool would shadow the
 # builtins of `from tapegrad import *`)
-from . import autograd, cuda, data, func, nn, optim, utils  # noqa: E402
+from . import autograd, cuda, data, func, linalg, nn, optim, utils  # noqa: E402
 from .autodiff.graph import no_grad as inference_mode  # noqa: E402
 from .autograd import set_grad_enabled  # noqa: E402
 from .compat import *  # noqa: E402, F403
@@ -144,6 +144,7 @@ __all__ = [
     "load",
     "autograd",
     "func",
+    "linalg",
     "utils",
     "inference_mode",
     "set_grad_enabled",

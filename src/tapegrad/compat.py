@@ -177,6 +177,23 @@ accelerator = types.SimpleNamespace(
 ``current_accelerator()`` (``device("cuda")`` or None), ``device_count()``."""
 
 
+backends = types.SimpleNamespace(
+    mps=types.SimpleNamespace(is_available=lambda: False, is_built=lambda: False),
+    cudnn=types.SimpleNamespace(
+        enabled=True,
+        deterministic=False,
+        benchmark=False,
+        allow_tf32=False,
+        is_available=lambda: False,
+    ),
+    cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False)),
+    openmp=types.SimpleNamespace(is_available=lambda: True),
+)
+"""PyTorch's ``torch.backends`` as programs touch it: ``mps.is_available()`` (False: tapegrad
+has no Apple GPU backend), and the cuDNN and TF32 switches (settable; tapegrad computes the
+same either way: its GPU kernels are deterministic, and its matrix products never use TF32)."""
+
+
 def _multinomial_method(self, num_samples: int, replacement: bool = False, *, generator=None):
     return multinomial(self, num_samples, replacement, generator=generator)
 
@@ -217,4 +234,5 @@ __all__ = [
     "Generator",
     "device",
     "accelerator",
+    "backends",
 ]

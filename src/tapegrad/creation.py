@@ -69,7 +69,7 @@ def full_like(x, fill_value, dtype=None, requires_grad: bool = False) -> Tensor:
     return Tensor(np.full_like(_like(x), fill_value, dtype=dtype), requires_grad=requires_grad)
 
 
-def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+def arange(start, stop=None, step=1, dtype=None, *, requires_grad: bool = False) -> Tensor:
     """``start, start + step, ...`` below ``stop`` (``arange(n)``: 0..n-1). Integer arguments give
     int64, float ones float32, unless ``dtype`` says otherwise."""
     if stop is None:
@@ -79,19 +79,22 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
     if dtype is None:
         whole = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
         dtype = np.int64 if whole else default_dtype()
-    return Tensor(np.arange(start, stop, step, dtype=dtype))
+    return Tensor(np.arange(start, stop, step, dtype=dtype), requires_grad=requires_grad)
 
 
-def linspace(start: float, stop: float, num: int, dtype=None) -> Tensor:
+def linspace(
+    start: float, stop: float, num: int, dtype=None, *, requires_grad: bool = False
+) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
     if num < 0:
         raise ValueError(f"linspace: num must be >= 0, got {num}")
-    return Tensor(np.linspace(start, stop, int(num), dtype=float_dtype(dtype)))
+    values = np.linspace(start, stop, int(num), dtype=float_dtype(dtype))
+    return Tensor(values, requires_grad=requires_grad)
 
 
-def eye(n: int, m: int | None = None, dtype=None) -> Tensor:
+def eye(n: int, m: int | None = None, dtype=None, *, requires_grad: bool = False) -> Tensor:
     """The ``n x m`` identity (``m`` defaults to ``n``)."""
-    return Tensor(np.eye(n, m, dtype=float_dtype(dtype)))
+    return Tensor(np.eye(n, m, dtype=float_dtype(dtype)), requires_grad=requires_grad)
 
 
 def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
@@ -123,16 +126,37 @@ def _draw(shape, dtype, dist, rng, device=None, **bounds) -> Tensor:
     return ops.random_draw(shape=_shape(shape), dtype=dtype.type, dist=dist, rng=gen, **bounds)
 
 
-def randn(*shape, dtype=None, rng: np.random.Generator | None = None, device=None):
+def _leaf(t: Tensor, requires_grad: bool) -> Tensor:
+    """PyTorch's ``requires_grad=`` of its factory functions: ``t`` made a leaf that does."""
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def randn(
+    *shape,
+    dtype=None,
+    rng: np.random.Generator | None = None,
+    device=None,
+    requires_grad: bool = False,
+    generator: np.random.Generator | None = None,
+):
     """Standard-normal samples, ``randn(2, 3)`` or ``randn((2, 3))``, drawn from ``rng``
-    (``nn.init``'s default generator when None) on the host and put on ``device``. A compiled
-    step draws afresh on every call."""
-    return _draw(shape, dtype, "normal", rng, device)
+    (PyTorch's name: ``generator``; ``nn.init``'s default generator when None) on the host and
+    put on ``device``. A compiled step draws afresh on every call."""
+    rng = generator if rng is None else rng
+    return _leaf(_draw(shape, dtype, "normal", rng, device), requires_grad)
 
 
-def rand(*shape, dtype=None, rng: np.random.Generator | None = None, device=None):
+def rand(
+    *shape,
+    dtype=None,
+    rng: np.random.Generator | None = None,
+    device=None,
+    requires_grad: bool = False,
+    generator: np.random.Generator | None = None,
+):
     """Uniform samples on [0, 1); see :func:`randn`."""
-    return _draw(shape, dtype, "uniform", rng, device)
+    rng = generator if rng is None else rng
+    return _leaf(_draw(shape, dtype, "uniform", rng, device), requires_grad)
 
 
 def randint(
@@ -168,11 +192,19 @@ def _float_dtype(x):
     return dtype if dtype.kind == "f" else default_dtype()
 
 
-def randn_like(x, rng: np.random.Generator | None = None) -> Tensor:
+def randn_like(
+    x, rng: np.random.Generator | None = None, *, dtype=None, requires_grad: bool = False
+) -> Tensor:
     """Standard-normal samples shaped like ``x``, in its float dtype; see :func:`randn`."""
-    return _draw((np.shape(_like(x)),), _float_dtype(x), "normal", rng, _device(x))
+    dtype = _float_dtype(x) if dtype is None else dtype
+    draw = _draw((np.shape(_like(x)),), dtype, "normal", rng, _device(x))
+    return _leaf(draw, requires_grad)
 
 
-def rand_like(x, rng: np.random.Generator | None = None) -> Tensor:
+def rand_like(
+    x, rng: np.random.Generator | None = None, *, dtype=None, requires_grad: bool = False
+) -> Tensor:
     """Uniform samples on [0, 1) shaped like ``x``; see :func:`randn`."""
-    return _draw((np.shape(_like(x)),), _float_dtype(x), "uniform", rng, _device(x))
+    dtype = _float_dtype(x) if dtype is None else dtype
+    draw = _draw((np.shape(_like(x)),), dtype, "uniform", rng, _device(x))
+    return _leaf(draw, requires_grad)

@@ -22,3 +22,13 @@ def unavailable_reason() -> str | None:
     except DeviceError as e:
         return str(e)
     return None
+
+
+def manual_seed(seed: int) -> None:
+    """PyTorch's ``torch.cuda.manual_seed``: nothing to seed. tapegrad draws random numbers
+    on the host, also for CUDA tensors, from the one generator ``tg.manual_seed`` seeds
+    (PyTorch, too, ignores this call where CUDA is absent)."""
+    int(seed)  # a seed PyTorch would refuse is refused
+
+
+manual_seed_all = manual_seed

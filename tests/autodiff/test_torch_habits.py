@@ -35,7 +35,13 @@ def test_max_min_softmax_with_dim_and_both_names_refused():
     low = t.min(dim=0, keepdim=True)
     np.testing.assert_array_equal(low.values.data, tt.min(dim=0, keepdim=True).values.numpy())
     np.testing.assert_array_equal(low.indices.data, tt.min(dim=0, keepdim=True).indices.numpy())
-    np.testing.assert_array_equal(t.max(1).data, A.max(1))  # NumPy's form: the values
+    # PyTorch's positional form `_, predicted = logits.max(1)`; NumPy's `axis=` gives values
+    for got, want in [(t.max(1), tt.max(1)), (t.min(2, True), tt.min(2, True))]:
+        np.testing.assert_array_equal(got.values.data, want.values.numpy())
+        np.testing.assert_array_equal(got.indices.data, want.indices.numpy())
+    np.testing.assert_array_equal(t.max(axis=1).data, A.max(1))
+    np.testing.assert_array_equal(t.min((0, 2)).data, A.min((0, 2)))
+    assert float(t.max().data) == A.max()
     x = tg.tensor(A, requires_grad=True)
     x.max(dim=2).values.sum().backward()
     np.testing.assert_array_equal(x.grad, (A == A.max(2, keepdims=True)).astype(float))

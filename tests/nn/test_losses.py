@@ -128,8 +128,6 @@ def test_loss_errors():
         F.cross_entropy(tg.tensor(_x((4,))), np.array([0]))
     with pytest.raises(tg.ShapeError, match=r"logits must be \(N, C\)"):
         F.cross_entropy(tg.tensor(np.float32(1.0)), np.array(0))
-    with pytest.raises(tg.DTypeError, match="float64"):
-        F.cross_entropy(logits, np.eye(3)[[0, 1, 2, 0]])
     with pytest.raises(TypeError, match="integer labels or float"):
         F.cross_entropy(logits, np.array(["a", "b", "c", "d"]))
     with pytest.raises(tg.ShapeError, match=r"target shape \(4,\) differs from logits \(4, 1\)"):

@@ -331,20 +331,15 @@ class Tensor:
     def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return mean(self, *_axis_args("mean", axis, keepdims, dim, keepdim))
 
-    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """The maximum over ``axis``; PyTorch's form ``max(dim=d)`` returns ``(values,
-        indices)`` like PyTorch (``.values``, ``.indices``)."""
-        args = _axis_args("max", axis, keepdims, dim, keepdim)
-        if dim is None:
-            return max(self, *args)
-        return MaxMin(max(self, *args), argmax(self, *args))
+    def max(self, dim=None, keepdim=None, *, axis=None, keepdims=False):
+        """The maximum over all entries, or over NumPy's ``axis=``; over one ``dim`` (an int,
+        positional or not) it returns ``(values, indices)`` as PyTorch (``.values``,
+        ``.indices``): ``_, predicted = logits.max(1)``."""
+        return _max_min(self, max, argmax, dim, keepdim, axis, keepdims)
 
-    def min(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """The minimum over ``axis``; ``min(dim=d)`` returns ``(values, indices)``."""
-        args = _axis_args("min", axis, keepdims, dim, keepdim)
-        if dim is None:
-            return min(self, *args)
-        return MaxMin(min(self, *args), argmin(self, *args))
+    def min(self, dim=None, keepdim=None, *, axis=None, keepdims=False):
+        """The minimum; over one ``dim`` it returns ``(values, indices)``."""
+        return _max_min(self, min, argmin, dim, keepdim, axis, keepdims)
 
     def logsumexp(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return logsumexp(self, *_axis_args("logsumexp", axis, keepdims, dim, keepdim))
@@ -355,13 +350,13 @@ class Tensor:
     def argmin(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return argmin(self, *_axis_args("argmin", axis, keepdims, dim, keepdim))
 
-    def var(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None):
+    def var(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None, **kw):
         axis, keepdims = _axis_args("var", axis, keepdims, dim, keepdim)
-        return var(self, axis, correction, keepdims)
+        return var(self, axis, correction, keepdims, **kw)  # kw: PyTorch's unbiased=
 
-    def std(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None):
+    def std(self, axis=None, correction=1, keepdims=False, *, dim=None, keepdim=None, **kw):
         axis, keepdims = _axis_args("std", axis, keepdims, dim, keepdim)
-        return std(self, axis, correction, keepdims)
+        return std(self, axis, correction, keepdims, **kw)
 
     def norm(self, ord=2, axis=None, keepdims=False, *, dim=None, keepdim=None):  # noqa: A002
         axis, keepdims = _axis_args("norm", axis, keepdims, dim, keepdim)
@@ -880,6 +875,17 @@ def _to_args(args, kwargs):
             raise TypeError(f"to: {a!r} is not a numeric dtype")
         dtype = d
     return dtype, device
+
+
+def _max_min(x, reduce, arg, dim, keepdim, axis, keepdims):
+    """``Tensor.max``/``min``: the values over ``axis`` (NumPy's form, or a tuple of dims),
+    ``(values, indices)`` over one int ``dim`` (PyTorch's form)."""
+    if isinstance(dim, (tuple, list)):  # several axes: values only, as NumPy
+        dim, axis = None, dim
+    args = _axis_args(reduce.__name__, axis, keepdims, dim, keepdim)
+    if dim is None:
+        return reduce(x, *args)
+    return MaxMin(reduce(x, *args), arg(x, *args))
 
 
 def _axis_args(op, axis, keepdims, dim, keepdim, default=None):

@@ -1,7 +1,9 @@
 """PyTorch's Tensor methods that ``tensor.py`` does not define, in PyTorch's signatures:
 ``contiguous``, ``all``/``any`` (with ``dim``), ``expand``, ``expand_as``, ``t``, ``narrow``,
 ``type``, ``type_as``, ``bmm``, ``nelement``, ``ndimension``,
-``is_contiguous``, ``element_size``. Each composes existing operations, so gradients follow.
+``is_contiguous``, ``element_size``, ``fill_diagonal_``; the functions PyTorch also has as
+methods (``x.neg()``, ``x.log1p()``, ...) and in-place twins of the methods (``exp_``,
+``masked_fill_``, ``scatter_``, ...). Each composes existing operations, so gradients follow.
 
 They are attached to :class:`Tensor` in one place, :func:`attach`, called once by the engine's
 package on import (``multinomial``, which draws from ``nn.init``'s generator, is attached
@@ -146,6 +148,71 @@ def element_size(self) -> int:
     return int(self.data.dtype.itemsize)
 
 
+def _function_method(name: str):
+    """The method ``x.name(...)`` as ``tg.name(x, ...)`` (PyTorch has both forms)."""
+
+    def method(self, *args, **kwargs):
+        import tapegrad  # the functions live in the package (ops, compat_ops)
+
+        return getattr(tapegrad, name)(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``tg.{name}(self, ...)``."
+    return method
+
+
+def _inplace_method(name: str):
+    """PyTorch's in-place twin ``x.name_(...)`` of the method ``x.name(...)``: ``x`` takes
+    the result (recorded when gradients are, else written into its array; see
+    ``autodiff/inplace.py`` for the rules and refusals) and is returned."""
+
+    def method(self, *args, **kwargs):
+        from .inplace import inplace
+
+        return inplace(self, name + "_", lambda t: getattr(t, name)(*args, **kwargs))
+
+    method.__name__ = method.__qualname__ = name + "_"
+    method.__doc__ = f"In place: ``x`` becomes ``x.{name}(...)``; returns ``x``."
+    return method
+
+
+def fill_diagonal_(self, fill_value, wrap: bool = False) -> Tensor:
+    """Write ``fill_value`` on the main diagonal (entries ``[i, i, ...]``) in place; a tensor
+    of more than 2 axes must have them all of one size, as PyTorch requires."""
+    shape = tuple(self.shape)
+    if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
+        raise ShapeError(
+            f"fill_diagonal_: expects a matrix or a tensor with all axes of one size, got {shape}"
+        )
+    if wrap and len(shape) == 2 and shape[0] > shape[1] + 1:
+        raise NotImplementedError("fill_diagonal_(wrap=True) of a tall matrix")
+    mask = np.zeros(shape, bool)
+    i = np.arange(min(shape))
+    mask[(i,) * len(shape)] = True
+    return _inplace_method("masked_fill")(self, mask, fill_value)
+
+
+def _grad_fn(self):
+    """The recorded operation that made this tensor (None for a leaf or a constant): truthy
+    where PyTorch's ``grad_fn`` is."""
+    return self._node
+
+
+def _is_cuda(self) -> bool:
+    return str(self.device).startswith("cuda")
+
+
+# PyTorch's methods that tapegrad has as functions only, then the in-place twins
+_FUNCTION_METHODS = (
+    "neg negative floor ceil round trunc sign reciprocal rsqrt square log1p expm1 erf "
+    "clamp_min clamp_max"
+).split()
+_INPLACE_METHODS = (
+    "masked_fill scatter scatter_add index_add exp log sqrt abs pow tanh sigmoid relu lerp "
+    "sin cos copysign neg floor ceil round trunc sign reciprocal rsqrt square log1p expm1 erf "
+    "clamp_min clamp_max"
+).split()
+
 _METHODS = {
     "contiguous": contiguous,
     "is_contiguous": is_contiguous,
@@ -166,6 +233,10 @@ _METHODS = {
 
 def attach() -> None:
     """Put the methods above on :class:`Tensor` (those it does not define itself)."""
-    for name, fn in _METHODS.items():
+    methods = dict(_METHODS, fill_diagonal_=fill_diagonal_)
+    methods.update(grad_fn=property(_grad_fn), is_cuda=property(_is_cuda))
+    methods.update({name: _function_method(name) for name in _FUNCTION_METHODS})
+    methods.update({name + "_": _inplace_method(name) for name in _INPLACE_METHODS})
+    for name, fn in methods.items():
         if name not in Tensor.__dict__:
             setattr(Tensor, name, fn)

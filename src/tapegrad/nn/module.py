@@ -432,7 +432,20 @@ class Module:
         trace = _TRACING.active
         if trace is not None:  # a compiled plan depends on this module's mode and parameters
             trace.guard(self, self._replay_state, self._replay_change)
+        hooks = self.__dict__.get("_hooks")
+        if hooks:
+            return _call_with_hooks(self, hooks, trace, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def register_forward_pre_hook(self, hook: Callable) -> _HookHandle:
+        """PyTorch's ``hook(module, args)`` run before ``forward``; a non-None result replaces
+        the positional arguments (a tuple, or one value). Returns a handle: ``.remove()``."""
+        return _add_hook(self, "pre", hook)
+
+    def register_forward_hook(self, hook: Callable) -> _HookHandle:
+        """PyTorch's ``hook(module, args, output)`` run after ``forward``; a non-None result
+        replaces the output. Eager only: a compiled step would run it once, at its trace."""
+        return _add_hook(self, "post", hook)
 
     def _replay_state(self) -> tuple:
         """What a compiled plan that called this module replays under: train/eval mode and
@@ -491,6 +504,49 @@ def _is_device(a) -> bool:
     if isinstance(a, backend.Device) or type(a).__name__ == "device":
         return True
     return isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "mps", "meta", "xla")
+
+
+class _HookHandle:
+    """What ``register_forward_(pre_)hook`` returns: ``remove()`` takes the hook off."""
+
+    def __init__(self, hooks: list, entry: tuple) -> None:
+        self._hooks, self._entry = hooks, entry
+
+    def remove(self) -> None:
+        if self._entry in self._hooks:
+            self._hooks.remove(self._entry)
+
+
+def _add_hook(module: Module, kind: str, hook: Callable) -> _HookHandle:
+    if not callable(hook):
+        raise TypeError(f"{type(module).__name__}: a forward hook must be callable, got {hook!r}")
+    hooks = module.__dict__.setdefault("_hooks", [])  # not a registered attribute
+    entry = (kind, hook)
+    hooks.append(entry)
+    return _HookHandle(hooks, entry)
+
+
+def _call_with_hooks(module: Module, hooks: list, trace, args: tuple, kwargs: dict):
+    """``forward`` between the pre-hooks and the hooks, in registration order."""
+    if trace is not None:
+        from ..autodiff.plan import TraceError
+
+        raise TraceError(
+            f"{type(module).__name__} has forward hooks: a compiled step would run their Python "
+            f"code once, when traced, and never again; remove them (handle.remove()) or run "
+            f"the step eagerly"
+        )
+    for kind, hook in list(hooks):
+        if kind == "pre":
+            new = hook(module, args)
+            if new is not None:
+                args = new if isinstance(new, tuple) else (new,)
+    out = module.forward(*args, **kwargs)
+    for kind, hook in list(hooks):
+        if kind == "post":
+            new = hook(module, args, out)
+            out = out if new is None else new
+    return out
 
 
 class ModuleList(Module):
@@ -557,12 +613,19 @@ class Sequential(ModuleList):
     """
 
     def __init__(self, *modules: Module) -> None:
+        named = len(modules) == 1 and isinstance(modules[0], dict)  # Sequential(OrderedDict)
         if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
             modules = tuple(modules[0])
-        for i, m in enumerate(modules):
+        items = modules[0].items() if named else enumerate(modules)
+        for i, m in items:
             if not isinstance(m, Module):
                 raise TypeError(f"Sequential: item {i} is a {type(m).__name__}, not an nn.Module")
-        super().__init__(modules)
+        if not named:
+            super().__init__(modules)
+            return
+        super().__init__(())
+        for name, m in modules[0].items():  # PyTorch's named form: parameters "fc.weight", ...
+            self.add_module(str(name), m)
 
     def __getitem__(self, index):
         items = self._items()

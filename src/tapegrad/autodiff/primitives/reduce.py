@@ -281,20 +281,41 @@ logsumexp = _reducer(_logsumexp, "log(sum(exp(x))) (stable)")
 
 
 # -- composites: statistics and norms from the primitives above (so differentiable twice) ------
-def var(x, axis=None, correction: int = 1, keepdims: bool = False, *, dim=None, keepdim=None):
+def var(
+    x,
+    axis=None,
+    correction: int = 1,
+    keepdims: bool = False,
+    *,
+    dim=None,
+    keepdim=None,
+    unbiased=None,
+):
     """Variance over ``axis`` (or ``dim``): the sum of squared deviations over
-    ``n - correction`` (1: unbiased, PyTorch's default; 0: the population variance)."""
+    ``n - correction`` (1: unbiased, PyTorch's default; 0: the population variance).
+    PyTorch's older ``unbiased=`` (True: correction 1, False: 0) works too."""
     axis, keepdims = pick_axis("var", axis, keepdims, dim, keepdim)
+    if unbiased is not None:
+        correction = int(bool(unbiased))
     axes = normalize_axis(axis, _ndim(x))
     n = int(np.prod([np.shape(_plain(x))[a] for a in axes], dtype=np.int64))
     d = x - mean(x, axes, keepdims=True)
     return sum(d * d, axes, keepdims) / builtins.max(n - correction, 0)
 
 
-def std(x, axis=None, correction: int = 1, keepdims: bool = False, *, dim=None, keepdim=None):
-    """Standard deviation: the square root of :func:`var`."""
+def std(
+    x,
+    axis=None,
+    correction: int = 1,
+    keepdims: bool = False,
+    *,
+    dim=None,
+    keepdim=None,
+    unbiased=None,
+):
+    """Standard deviation: the square root of :func:`var` (``unbiased=`` as there)."""
     axis, keepdims = pick_axis("std", axis, keepdims, dim, keepdim)
-    return sqrt(var(x, axis, correction, keepdims))
+    return sqrt(var(x, axis, correction, keepdims, unbiased=unbiased))
 
 
 def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
@@ -304,11 +325,11 @@ def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
 
 def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's name
     """The vector ``ord``-norm over ``axis`` (all entries by default): 2, 1, inf, -inf or any
-    p > 0. The 2-norm's gradient at the zero vector is NaN (0/0), as the formula says."""
+    p > 0. At the zero vector the gradient is 0, as PyTorch's (the formula's is 0/0)."""
     axes = normalize_axis(axis, _ndim(x))
     a = absolute(x)
     if ord == 2:
-        return sqrt(sum(x * x, axes, keepdims))
+        return _root_at_zero(sum(x * x, axes, keepdims), sqrt)
     if ord == 1:
         return sum(a, axes, keepdims)
     if ord == np.inf:
@@ -317,7 +338,17 @@ def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's n
         return min(a, axes, keepdims)
     if not ord > 0:
         raise ValueError(f"norm: ord must be positive or +-inf, got {ord}")
-    return power(sum(power(a, float(ord)), axes, keepdims), 1.0 / ord)
+    return _root_at_zero(sum(power(a, float(ord)), axes, keepdims), lambda t: power(t, 1.0 / ord))
+
+
+def _root_at_zero(total, root):
+    """``root(total)`` whose gradient is 0 where ``total`` is 0 (PyTorch's subgradient of a
+    norm at the zero vector) instead of 0 * inf = NaN: the root reads 1 there, and the result
+    is 0; a double ``where``, so higher-order gradients (gradient penalties) stay finite."""
+    from .elementwise import where  # here, not in the import block (being reorganised)
+
+    zero = total == 0
+    return where(zero, 0.0, root(where(zero, 1.0, total)))
 
 
 def _arg_extreme_fwd(x, axis, keepdims, largest, out=None):

@@ -73,10 +73,38 @@ def _float_target(fname: str, target, logits: Tensor):
         raise TypeError(f"{fname}: target must be numeric, got dtype {arr.dtype}")
     if arr.dtype != logits.dtype:
         raise DTypeError(
-            f"{fname}: target has dtype {arr.dtype}, logits have {logits.dtype}; cast one "
-            f"explicitly (PyTorch would promote both to the larger; tapegrad's losses do not yet)"
+            f"{fname}: target has dtype {arr.dtype}, input has {logits.dtype}; cast one "
+            f"explicitly (PyTorch refuses this pair too)"
         )
     return target if isinstance(target, Tensor) else arr
+
+
+# The losses PyTorch computes in the wider dtype when the input and a float target differ
+_PROMOTING = (
+    "cross_entropy",
+    "mse_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "kl_div",
+    "binary_cross_entropy_with_logits",
+)
+
+
+def _promoted(fname: str, x: Tensor, target):
+    """``(x, target)`` lifted to the wider float dtype of the two where PyTorch promotes
+    (``_PROMOTING``): a float32 model's loss against a float64 target is float64, and the
+    input's gradient comes back in its own dtype (through the recorded cast)."""
+    arr = _target_array(target)
+    if fname not in _PROMOTING or arr.dtype.kind != "f" or x.dtype.kind != "f":
+        return x, target
+    if arr.dtype == x.dtype:
+        return x, target
+    wide = np.promote_types(arr.dtype, x.dtype)
+    if x.dtype != wide:
+        x = ops.astype(x, wide)
+    if arr.dtype != wide:
+        target = ops.astype(target, wide) if isinstance(target, Tensor) else arr.astype(wide)
+    return x, target
 
 
 def _weight_vector(fname: str, weight, c: int, dtype) -> np.ndarray | Tensor | None:
@@ -216,7 +244,7 @@ def cross_entropy(
     reduction = legacy_reduction(name, size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{name}: label_smoothing must be in [0, 1], got {label_smoothing}")
-    x = _t(input)
+    x, target = _promoted(name, _t(input), target)  # probabilities of another float dtype
     rows, shape = _class_rows(name, x, "logits")
     c = rows.shape[1]
     arr = _target_array(target)
@@ -285,6 +313,7 @@ def binary_cross_entropy_with_logits(
     arr = _target_array(target)
     if arr.shape != x.shape:
         raise ShapeError(f"{name}: target shape {arr.shape} differs from logits {x.shape}")
+    x, target = _promoted(name, x, target)
     t = _float_target(name, target, x)
     if weight is None and pos_weight is None:
         return ops.bce_with_logits(x, t, reduction=reduction)
@@ -308,6 +337,7 @@ def _pointwise_loss(name: str, input: Tensor, target, reduction: str, fn) -> Ten
     arr = _target_array(target)
     if arr.shape != input.shape:
         raise ShapeError(f"{name}: target shape {arr.shape} differs from input {input.shape}")
+    input, target = _promoted(name, input, target)
     t = _t(_float_target(name, target, input))
     return _reduce(fn(input, t), reduction)
 

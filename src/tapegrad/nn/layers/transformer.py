@@ -113,9 +113,18 @@ class TransformerEncoderLayer(Module):
 class TransformerEncoder(Module):
     """``num_layers`` copies of ``encoder_layer`` (each with weights of its own, copied from it,
     and dropout masks of its own) applied in turn, then ``norm`` if given.
-    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=False)``."""
+    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=False)``.
+    ``enable_nested_tensor`` and ``mask_check`` (PyTorch's switches of its padded fast path)
+    are accepted; the results do not depend on them."""
 
-    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm=None):
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm=None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ):
         super().__init__()
         self.layers = _copies(encoder_layer, num_layers, "TransformerEncoder")
         self.num_layers = int(num_layers)
