@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     activation,
+    batch_norm,
     conv,
     device,
     einsum,

@@ -63,9 +63,20 @@ def _count(x, axis):
     return int(np.prod([x.shape[a] for a in axis], dtype=np.int64))
 
 
+def _mean_fwd(x, axis, keepdims, out=None):
+    if out is None or x.dtype.kind != "f" or out.dtype != x.dtype:
+        return np.mean(x, axis=axis, keepdims=keepdims, out=out)
+    # np.mean divides by an integer count, which for float32 runs float64's loop through
+    # NumPy's buffered iterator (a temporary each call); the same sum divided by the count in
+    # the array's dtype gives the same bits (a float64 quotient rounded to float32 is the
+    # correctly rounded float32 quotient) and allocates nothing
+    np.sum(x, axis=axis, keepdims=keepdims, out=out)
+    return np.divide(out, x.dtype.type(_count(x, axis)), out=out)
+
+
 _mean = primitive(
     "mean",
-    lambda x, axis, keepdims, out=None: np.mean(x, axis=axis, keepdims=keepdims, out=out),
+    _mean_fwd,
     (
         lambda g, out, x, axis, keepdims: _grad_back(
             g / builtins.max(_count(x, axis), 1), x, axis, keepdims

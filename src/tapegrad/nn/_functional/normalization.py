@@ -1,10 +1,11 @@
 """Normalisation: ``batch_norm`` (batch statistics and running statistics), ``layer_norm``,
 ``group_norm``.
 
-Each normalises with the biased variance, ``(x - mean) / sqrt(var + eps)``, then applies an
-optional per-channel (or per-element, for ``layer_norm``) scale and shift. ``batch_norm`` in
-training mode also updates running statistics in place with :func:`tapegrad.assign`, so a
-compiled step replays the update on every call:
+``batch_norm`` in training mode is one primitive (``batch_norm_train``: compiled kernels, two
+passes each way); the others compose primitives. Each normalises with the biased variance,
+``(x - mean) / sqrt(var + eps)``, then applies an optional per-channel (or per-element, for
+``layer_norm``) scale and shift. ``batch_norm`` in training mode also updates running statistics
+in place with :func:`tapegrad.assign`, so a compiled step replays the update on every call:
 ``running = (1 - momentum) * running + momentum * batch_statistic``, with the unbiased batch
 variance (``n / (n - 1)`` times the biased one) going into ``running_var``.
 """
@@ -16,6 +17,7 @@ import numpy as np
 from ...autodiff import ops
 from ...autodiff.errors import ShapeError
 from ...autodiff.graph import no_grad
+from ...autodiff.primitives.batch_norm import batch_moments, batch_norm_train
 from ...autodiff.primitives.norm import layer_norm as _fused_layer_norm
 from ...autodiff.tensor import Tensor
 
@@ -74,23 +76,23 @@ def batch_norm(
     _check_vector(op, "bias", bias, c, x.shape)
     shape = _channel_shape(x)
     if training:
-        axes = (0, *range(2, x.ndim))
         n = x.size // max(c, 1)
         if n <= 1:
             raise ValueError(
                 f"{op}: training needs more than 1 value per channel, got input {x.shape}"
             )
-        mean = ops.mean(x, axis=axes, keepdims=True)
-        centred = x - mean
-        var = ops.mean(centred * centred, axis=axes, keepdims=True)
         if running_mean is not None or running_var is not None:
             with no_grad():
+                mean, var = batch_moments(x)
                 if running_mean is not None:
-                    new = running_mean * (1.0 - momentum) + ops.reshape(mean, (c,)) * momentum
-                    ops.assign(running_mean, new)
+                    ops.assign(running_mean, running_mean * (1.0 - momentum) + mean * momentum)
                 if running_var is not None:
-                    unbiased = ops.reshape(var, (c,)) * (n / (n - 1))
+                    unbiased = var * (n / (n - 1))
                     ops.assign(running_var, running_var * (1.0 - momentum) + unbiased * momentum)
+        dt = x.dtype
+        w = weight if weight is not None else np.ones(c, dt)
+        b = bias if bias is not None else np.zeros(c, dt)
+        return batch_norm_train(x, w, b, eps=float(eps))
     else:
         if running_mean is None or running_var is None:
             raise ValueError(

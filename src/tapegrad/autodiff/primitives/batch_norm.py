@@ -1,0 +1,211 @@
+"""Batch normalisation in training mode as one primitive with compiled kernels.
+
+``batch_norm_train(x, w, b, eps)``: ``(x - mean) / sqrt(var + eps) * w + b`` per channel of
+``x (N, C, ...)``, the statistics over N and every axis after C, ``w`` and ``b`` of shape (C,).
+The forward keeps each channel's mean and rstd for ``batch_norm_backward`` (the three
+gradients in two passes); ``saved=`` and ``composite=`` give the engine the same quantities
+written with primitives, for gradient graphs (higher derivatives). ``batch_moments(x)``
+returns each channel's mean and biased variance as the forward computes them (for the running
+statistics, which need no gradient).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.batch_norm import (
+    batch_norm_backward as _backward_kernel,
+)
+from ..kernels.batch_norm import (
+    batch_norm_backward_reference,
+    batch_norm_forward_reference,
+    batch_stats_reference,
+)
+from ..kernels.batch_norm import (
+    batch_norm_forward as _forward_kernel,
+)
+from ..kernels.batch_norm import (
+    batch_stats as _stats_kernel,
+)
+from . import samples as S
+from .elementwise import rsqrt
+from .registry import Sample, primitive, run, scratch
+
+
+def _nc_s(a):
+    """(N, C, ...) as (N, C, S): a view of a contiguous array."""
+    return a.reshape(a.shape[0], a.shape[1], -1)
+
+
+def _kernel_ok(*arrays) -> bool:
+    dt = arrays[0].dtype
+    return dt in (np.float32, np.float64) and all(
+        type(a) is np.ndarray and a.dtype == dt for a in arrays
+    )
+
+
+def _contiguous(x, ws, key):
+    if x.flags.c_contiguous:
+        return x
+    c = scratch(ws, key, x.shape, x.dtype, like=x)
+    np.copyto(c, x)
+    return c
+
+
+def _forward(x, w, b, eps, out=None, ws=None):
+    y, mean, rstd = (None, None, None) if out is None else out
+    c = x.shape[1]
+    if not _kernel_ok(x, w, b):  # a device's arrays: the reference formula in array operations
+        axes = (0, *range(2, x.ndim))
+        shape = (1, c) + (1,) * (x.ndim - 2)
+        m = x.mean(axis=axes, keepdims=True)
+        d = x - m
+        r = 1 / (((d * d).mean(axis=axes, keepdims=True) + eps) ** 0.5)
+        res = (d * (r * w.reshape(shape)) + b.reshape(shape), m.reshape(c), r.reshape(c))
+        if out is None:
+            return res
+        for buf, v in zip(out, res):
+            buf[...] = v
+        return out
+    y = np.empty(x.shape, x.dtype) if y is None else y
+    mean = scratch(ws, "mean", (c,), x.dtype) if mean is None else mean
+    rstd = scratch(ws, "rstd", (c,), x.dtype) if rstd is None else rstd
+    xc = _contiguous(x, ws, "x")
+    target = y if y.flags.c_contiguous else scratch(ws, "y", x.shape, x.dtype)
+    _forward_kernel(_nc_s(xc), w, b, eps, _nc_s(target), mean, rstd)
+    if target is not y:
+        np.copyto(y, target)
+    return y, mean, rstd
+
+
+def _axes_shape(x):
+    return (0, *range(2, x.ndim)), (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _saved(x, w, b, eps):
+    """The channel means and rstd the forward saves, with primitives."""
+    axes, shape = _axes_shape(x)
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    rstd = run(rsqrt, (d * d).mean(axis=axes, keepdims=True) + eps)
+    return mean.reshape(x.shape[1]), rstd.reshape(x.shape[1])
+
+
+def _composite_backward(g, x, w, mean, rstd):
+    """What ``batch_norm_backward`` computes, with primitives (differentiable in every input)."""
+    axes, shape = _axes_shape(x)
+    xhat = (x - mean.reshape(shape)) * rstd.reshape(shape)
+    gb = g.sum(axis=axes)
+    gw = (g * xhat).sum(axis=axes)
+    n = x.size // max(x.shape[1], 1)
+    gx = (rstd * w).reshape(shape) * (g - (gb / n).reshape(shape) - xhat * (gw / n).reshape(shape))
+    return gx, gw, gb
+
+
+def _vjp(g, out, needs, x, w, b, eps, aux):
+    grads = run(batch_norm_backward, g, x, w, *aux)
+    return [gr if need else None for gr, need in zip(grads, needs)]
+
+
+def _backward_forward(g, x, w, mean, rstd, out=None, ws=None):
+    gx, gw, gb = (None, None, None) if out is None else out
+    if not _kernel_ok(g, x, w, mean, rstd):
+        _, shape = _axes_shape(x)
+        ref = [np.empty_like(x), np.empty_like(w), np.empty_like(w)]
+        flat = [a.reshape(a.shape[0], a.shape[1], -1) for a in (g, x)]
+        batch_norm_backward_reference(*flat, w, mean, rstd, ref[0].reshape(flat[1].shape), *ref[1:])
+        if out is None:
+            return tuple(ref)
+        for buf, v in zip(out, ref):
+            buf[...] = v
+        return out
+    gx = np.empty(x.shape, x.dtype) if gx is None else gx
+    gw = np.empty(w.shape, x.dtype) if gw is None else gw
+    gb = np.empty(w.shape, x.dtype) if gb is None else gb
+    gc, xc = _contiguous(g, ws, "g"), _contiguous(x, ws, "x")
+    target = gx if gx.flags.c_contiguous else scratch(ws, "gx", x.shape, x.dtype)
+    _backward_kernel(_nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb)
+    if target is not gx:
+        np.copyto(gx, target)
+    return gx, gw, gb
+
+
+def _moments_forward(x, out=None, ws=None):
+    c = x.shape[1]
+    mean, var = (np.empty(c, x.dtype), np.empty(c, x.dtype)) if out is None else out
+    if not _kernel_ok(x):
+        batch_stats_reference(x.reshape(x.shape[0], c, -1), mean, var)
+    else:
+        _stats_kernel(_nc_s(_contiguous(x, ws, "x")), mean, var)
+    return mean, var
+
+
+def _reference(x, w, b, eps):
+    y = np.empty(x.shape)
+    c = x.shape[1]
+    xs = x.reshape(x.shape[0], c, -1)
+    batch_norm_forward_reference(xs, w, b, eps, y.reshape(xs.shape), np.empty(c), np.empty(c))
+    return y
+
+
+def _samples(rng):
+    return [
+        Sample(
+            (S.values(rng, s), S.values(rng, s[1:2], 0.5, 1.5), S.values(rng, s[1:2])),
+            {"eps": 1e-5},
+        )
+        for s in [(4, 3), (3, 2, 5), (2, 3, 2, 3), (5, 1, 2)]
+    ]
+
+
+def _backward_samples(rng):
+    out = []
+    for s in [(4, 3), (3, 2, 5), (2, 3, 2, 3)]:
+        x = S.values(rng, s)
+        _, mean, rstd = _forward(x, np.ones(s[1]), np.zeros(s[1]), 1e-5)
+        out.append(Sample((S.values(rng, s), x, S.values(rng, s[1:2], 0.5, 1.5), mean, rstd)))
+    return out
+
+
+def _backward_reference(g, x, w, mean, rstd):
+    gx, gw, gb = np.empty(x.shape), np.empty(w.shape), np.empty(w.shape)
+    flat = [a.reshape(a.shape[0], a.shape[1], -1) for a in (g, x)]
+    batch_norm_backward_reference(*flat, w, mean, rstd, gx.reshape(flat[1].shape), gw, gb)
+    return gx, gw, gb
+
+
+batch_norm_backward = primitive(
+    "batch_norm_backward",
+    _backward_forward,
+    None,
+    reference=_backward_reference,
+    samples=_backward_samples,
+    composite=_composite_backward,
+    doc="batch_norm_train's VJP in two passes: the input, weight and bias gradients from the "
+    "output gradient and the forward's channel means and rstd (differentiated through its "
+    "composite).",
+)
+batch_norm_train = primitive(
+    "batch_norm_train",
+    _forward,
+    _vjp,
+    reference=_reference,
+    samples=_samples,
+    aux=True,
+    saved=_saved,
+    broadcasting=True,  # for its dtype check: float inputs of one dtype
+    doc="Batch normalisation with the batch's statistics per channel of (N, C, ...), with a "
+    "per-channel scale and shift, in two compiled passes each way.",
+)
+batch_moments = primitive(
+    "batch_moments",
+    _moments_forward,
+    None,
+    reference=lambda x: (
+        np.moveaxis(x, 1, 0).reshape(x.shape[1], -1).mean(axis=1),
+        np.moveaxis(x, 1, 0).reshape(x.shape[1], -1).var(axis=1),
+    ),
+    samples=lambda rng: [Sample((S.values(rng, s),)) for s in [(4, 3), (3, 2, 5), (2, 3, 2, 3)]],
+    doc="Each channel's mean and biased variance over N and the axes after C, as "
+    "batch_norm_train computes them (two outputs; not differentiable).",
+)
