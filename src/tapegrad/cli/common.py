@@ -8,10 +8,11 @@ import math
 import os
 
 from ..train.config import UserError
+from ..train.run import EXIT_OUTPUT
 
 __all__ = ["EXIT_USAGE", "EXIT_DIVERGED", "EXIT_MISMATCH", "EXIT_OUTPUT", "UserError"]
 
-EXIT_USAGE, EXIT_DIVERGED, EXIT_MISMATCH, EXIT_OUTPUT = 2, 3, 4, 5
+EXIT_USAGE, EXIT_DIVERGED, EXIT_MISMATCH = 2, 3, 4  # EXIT_OUTPUT (5): see train/run.py
 
 DEVICE_HELP = (
     "cpu or cuda (a GPU through CuPy: pip install cupy-cuda12x or cupy-cuda13x, and numba-cuda; "

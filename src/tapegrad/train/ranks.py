@@ -6,15 +6,17 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import distributed
+from ..distributed.launch import DEFAULT_RANK_TIMEOUT, THREAD_VARIABLES, run_ranks, threads_per_rank
+from .checkpoint import CheckpointError
 from .config import RunConfig, UserError
+from .outputs import OutputError
 
 
 def launch_ranks(config: RunConfig) -> int | None:
     """With ``--ranks N`` (N > 1) outside MPI: run this very command as N MPI ranks and return
     the job's exit status; None when this process should do the work itself."""
-    from ..distributed import launched_size
-
-    ranks, under_mpi = config.ranks, launched_size()
+    ranks, under_mpi = config.ranks, distributed.launched_size()
     if ranks is None:
         return None
     if ranks < 1:
@@ -33,8 +35,6 @@ def launch_ranks(config: RunConfig) -> int | None:
         raise UserError(
             f"--rank-timeout must be a positive number of seconds, got {config.rank_timeout}"
         )
-    from ..distributed.launch import DEFAULT_RANK_TIMEOUT, run_ranks
-
     n = cpus()
     if ranks > n and not config.oversubscribe:
         print(
@@ -70,10 +70,7 @@ def without_ranks(argv) -> list[str]:
 
 def world():
     """The MPI world when this process is one of several ranks (else a single process)."""
-    from ..distributed import world
-    from ..distributed.launch import THREAD_VARIABLES, threads_per_rank
-
-    comm = world()
+    comm = distributed.world()
     if comm.distributed and not any(v in os.environ for v in THREAD_VARIABLES):
         import numba  # started by a bare mpiexec: share the machine's cores between its ranks
 
@@ -90,9 +87,6 @@ def threads() -> int:
 def on_rank_0(comm, check) -> None:
     """Run ``check()`` on rank 0 alone (it reads or writes files rank 0 alone uses); under MPI
     a mistake it finds is raised on every rank alike, in rank 0's words."""
-    from .checkpoint import CheckpointError
-    from .outputs import OutputError
-
     if not comm.distributed:
         check()
         return

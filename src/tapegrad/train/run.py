@@ -17,8 +17,15 @@ import sys
 
 import numpy as np
 
+from ..autodiff.backend import DeviceError, get_device
+from ..distributed import agree
+from .checkpoint import config_differences, find_latest, list_checkpoints, load_latest
 from .config import RunConfig, UserError
+from .dirlock import FolderLock
+from .experiment import make_scheduler, setup
+from .outputs import check_outputs, write_outputs
 from .ranks import launch_ranks, on_rank_0, threads, world
+from .trainer import Trainer, TrainingInterrupted, stop_on_signals
 
 EXIT_OUTPUT = 5
 
@@ -38,9 +45,6 @@ def run(config: RunConfig) -> int:
 
 
 def _run(config: RunConfig, held: list) -> int:
-    from .dirlock import FolderLock
-    from .experiment import setup
-    from .outputs import check_outputs
 
     preset = config.find_preset()
     dataset = config.check(preset)
@@ -50,8 +54,6 @@ def _run(config: RunConfig, held: list) -> int:
     comm = world()
     say = print if comm.rank == 0 else _quiet  # rank 0 alone reports and writes
     if comm.distributed:
-        from ..distributed import agree
-
         agree(comm, {**config.facts(), "tapegrad version": versions()["tapegrad"]})
 
     def lock() -> None:
@@ -85,8 +87,6 @@ def _run(config: RunConfig, held: list) -> int:
 
 def _fit(config: RunConfig, comm, exp, epochs: int, device, say) -> int:
     """Train the experiment; report an interrupted run or write the outputs."""
-    from .experiment import make_scheduler
-    from .trainer import Trainer, TrainingInterrupted, stop_on_signals
 
     n_train = len(exp.data.train)
     asked = config.batch_size or exp.preset.batch_size
@@ -215,9 +215,9 @@ def _interrupted(config: RunConfig, comm, e, steps_per_epoch: int) -> int:
 def _write_outputs(config: RunConfig, exp, records, info: dict, trainer) -> int:
     """Rank 0 writes --json, --csv, --plot and --save; :data:`EXIT_OUTPUT` if one or a
     checkpoint could not be written (each named, the weights saved elsewhere)."""
+    # looked up at the call: tests replace them to make an output fail
     from .. import save
     from . import plot, write_csv, write_json
-    from .outputs import write_outputs
 
     meta = {
         "preset": exp.preset.name,
@@ -257,8 +257,6 @@ def _write_outputs(config: RunConfig, exp, records, info: dict, trainer) -> int:
 def check_checkpoints(config: RunConfig, settings: dict) -> None:
     """Before data loads: a fresh run refuses a folder holding another run's checkpoints; a
     resume refuses damaged-only checkpoints and other settings."""
-    from .checkpoint import config_differences, find_latest, list_checkpoints
-
     folder = config.checkpoint_dir
     if not folder:
         return
@@ -294,8 +292,6 @@ def check_checkpoints(config: RunConfig, settings: dict) -> None:
 
 def newest(directory) -> str:
     """The newest valid checkpoint in ``directory`` (what a resume would use), or 'none'."""
-    from .checkpoint import load_latest
-
     found = load_latest(directory)
     return found[2]["path"] if found else "none"
 
@@ -334,8 +330,6 @@ def device_for(name, comm=None):
     data loads: a device this machine cannot serve ends in one line saying what to install."""
     if name is None or name == "cpu":
         return None
-    from ..autodiff.backend import DeviceError, get_device
-
     if comm is not None and comm.distributed:
         raise UserError(f"--device {name}: data-parallel training (--ranks) runs on the CPU")
     try:
