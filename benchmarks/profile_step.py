@@ -18,39 +18,48 @@ import sys
 import time
 from collections import defaultdict
 
-p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-p.add_argument("preset")
-p.add_argument("--steps", type=int, default=500)
-p.add_argument("--threads", type=int, default=1)
-p.add_argument("--data-dir", default=None)
-args = p.parse_args()
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ[var] = str(args.threads)
 
-from tapegrad.train.experiment import setup  # noqa: E402
-from tapegrad.train.trainer import Trainer  # noqa: E402
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("preset")
+    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-dir", default=None)
+    args = p.parse_args(argv)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[var] = str(args.threads)  # before tapegrad (numba, the BLAS) is imported
 
-ex = setup(args.preset, data_dir=args.data_dir, log=None)
-trainer = Trainer(ex.model, ex.optimizer, ex.preset.task, progress=False, log=None)
-bs = ex.preset.batch_size
-x, y = ex.data.train.x, ex.data.train.y
-batches = max(1, min(len(y) // bs, 200))
+    from tapegrad.train.experiment import setup
+    from tapegrad.train.trainer import Trainer
+
+    ex = setup(args.preset, data_dir=args.data_dir, log=None)
+    trainer = Trainer(ex.model, ex.optimizer, ex.preset.task, progress=False, log=None)
+    bs = ex.preset.batch_size
+    x, y = ex.data.train.x, ex.data.train.y
+    batches = max(1, min(len(y) // bs, 200))
+
+    def step(i: int) -> None:
+        j = i % batches
+        trainer.train_step(x[j * bs : (j + 1) * bs], y[j * bs : (j + 1) * bs])
+
+    for i in range(5):
+        step(i)
+    if len(trainer._compiled.all_plans) != 1:
+        sys.exit(f"expected one plan, found {len(trainer._compiled.all_plans)}")
+    plan = trainer._compiled.all_plans[0]
+    spent: dict[str, float] = defaultdict(float)
+    plan.program[:] = [timed(fn, name, spent) for fn, name in zip(plan.program, plan.labels)]
+
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        step(i)
+    total = (time.perf_counter() - t0) / args.steps * 1e6
+    print(f"{args.preset}: {total:.1f} us per training step ({args.threads} thread(s)), of which:")
+    for name, sec in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"{sec / args.steps * 1e6:9.1f} us  {name}")
 
 
-def step(i: int) -> None:
-    j = i % batches
-    trainer.train_step(x[j * bs : (j + 1) * bs], y[j * bs : (j + 1) * bs])
-
-
-for i in range(5):
-    step(i)
-if len(trainer._compiled.all_plans) != 1:
-    sys.exit(f"expected one plan, found {len(trainer._compiled.all_plans)}")
-plan = trainer._compiled.all_plans[0]
-spent: dict[str, float] = defaultdict(float)
-
-
-def timed(fn, name: str):
+def timed(fn, name: str, spent: dict):
     def run():
         t0 = time.perf_counter()
         fn()
@@ -59,12 +68,5 @@ def timed(fn, name: str):
     return run
 
 
-plan.program[:] = [timed(fn, name) for fn, name in zip(plan.program, plan.labels)]
-
-t0 = time.perf_counter()
-for i in range(args.steps):
-    step(i)
-total = (time.perf_counter() - t0) / args.steps * 1e6
-print(f"{args.preset}: {total:.1f} us per training step ({args.threads} thread(s)), of which:")
-for name, sec in sorted(spent.items(), key=lambda kv: -kv[1]):
-    print(f"{sec / args.steps * 1e6:9.1f} us  {name}")
+if __name__ == "__main__":
+    main()

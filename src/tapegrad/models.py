@@ -34,6 +34,10 @@ workloads; their descriptions give the recipe):
   Linear 64->10. SGD 0.05, momentum 0.9, weight decay 5e-4, batch 100, 3 epochs.
 
 Their layers keep the layers' default initialisation (PyTorch's).
+
+For user data alone (``--dataset path.npz``), :data:`GENERIC` holds models named like presets
+(``linear``); :func:`find_preset` finds a name in either table. This module is the one place
+the presets are defined: the CLI, the benchmarks and the tests read them from here.
 """
 
 from __future__ import annotations
@@ -449,6 +453,38 @@ PRESETS: dict[str, Preset] = {
         ),
     ]
 }
+
+
+def _linear(rng, inputs: int = 784, classes: int = 10, **_):
+    return nn.Sequential(nn.Flatten(), nn.Linear(inputs, classes, rng=rng))
+
+
+#: Models for user data only (``--dataset path.npz``), named like presets.
+GENERIC: dict[str, Preset] = {
+    "linear": Preset(
+        "linear",
+        "One Linear layer on the flattened inputs: softmax regression for class labels, "
+        "logistic for two classes with a binary preset, least squares for float targets.",
+        ("npz",),
+        _linear,
+        "multiclass",
+        "adam",
+        1e-2,
+        32,
+        10,
+    ),
+}
+
+
+def find_preset(name: str) -> Preset:
+    """A preset (:data:`PRESETS`) or a generic model (:data:`GENERIC`)."""
+    if name in GENERIC:
+        return GENERIC[name]
+    try:
+        return get_preset(name)
+    except ValueError:
+        known = ", ".join([*PRESETS, *GENERIC])
+        raise ValueError(f"unknown preset {name!r}; choose one of: {known}") from None
 
 
 def get_preset(name: str) -> Preset:

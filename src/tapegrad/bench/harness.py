@@ -43,6 +43,20 @@ from ..blas import describe as describe_blas
 from ..serialization import atomic_file
 from . import selfcheck
 from .flops import count_flops
+from .summary import (  # noqa: F401 (the bench's public names, as before the split)
+    ACC_BAND_FULL,
+    ACC_BAND_SHORT,
+    LM_LOSS_BAND,
+    LOSS_RTOL,
+    check_agreement,
+    loss_disagreement,
+    pair_ratios,
+    steady_samples,
+    summarise,
+    summarise_plain,
+    thread_use,
+)
+from .table import _score, first_epoch_note, format_table  # noqa: F401
 
 WORKLOADS = ("seed-cnn", "seed-rnn", "text-cnn", "mlp", "char-lm", "resnet")
 PEERS = ("torch", "jax")
@@ -55,20 +69,6 @@ WIDENABLE = ("seed-cnn", "mlp")
 ALLOCATOR_ENV = {"MALLOC_TRIM_THRESHOLD_": str(2**30), "MALLOC_MMAP_THRESHOLD_": str(2**30)}
 ALLOCATORS = ("keep", "system")
 
-# The correctness guard. Same weights and the same first batch: the first-step losses differ
-# only by float32 rounding in a different summation order.
-LOSS_RTOL = 1e-5
-# Final test accuracies, in percentage points. After whole epochs the frameworks' float32
-# rounding has compounded into genuinely different trajectories (the presets' seed-to-seed
-# spread is about 0.5-1 point): 1.5 points. Runs shorter than an epoch have barely separated
-# (a few rounding steps apart), so they get a tighter 1 point.
-ACC_BAND_FULL = 1.5
-ACC_BAND_SHORT = 1.0
-# A language model has no accuracy: its final validation losses (nats per character) are
-# compared instead. Its dropout masks differ between frameworks from the first step, so the
-# runs separate sooner than rounding makes them: 0.05 nats, a first guess to be calibrated
-# against the run-to-run spread once full runs are measured.
-LM_LOSS_BAND = 0.05
 
 _THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -300,179 +300,6 @@ def prepare(
     return spec, facts
 
 
-# -- summaries ----------------------------------------------------------------------------------
-def _spread(values: list[float]) -> dict | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
-
-
-def steady_samples(run: dict, steps_mode: bool) -> list[float]:
-    """The steady-state times of one run: epochs after the first, or steps after the first."""
-    return run["step_seconds"][1:] if steps_mode else run["epoch_seconds"][1:]
-
-
-def summarise(runs: list[dict], steps_mode: bool) -> dict:
-    """One framework's repeats pooled: first epoch/step apart, steady state, memory, results."""
-    firsts = [r["step_seconds"][0] if steps_mode else r["epoch_seconds"][0] for r in runs]
-    cold = [t for r, t in zip(runs, firsts) if r.get("kernel_cache") == "cold"]
-    # the first epoch proper is the warm-cache one; a cold-cache run's is reported apart
-    first = [t for r, t in zip(runs, firsts) if r.get("kernel_cache") != "cold"] or firsts
-    steady = [t for r in runs for t in steady_samples(r, steps_mode)]
-    steady_steps = [
-        t
-        for r in runs
-        for t in (
-            r["step_seconds"][r["batches_per_epoch"] :]
-            if len(r["epoch_seconds"]) > 1
-            else r["step_seconds"][1:]
-        )
-    ]
-    med = statistics.median
-    return {
-        "first": _spread(first),
-        "first_cold": _spread(cold),
-        "steady": _spread(steady),
-        "steady_step": _spread(steady_steps),
-        "peak_rss": med([r["peak_rss"] for r in runs]),
-        "rss_before_training": med([r["rss_before_training"] or 0 for r in runs]),
-        "alloc_per_epoch": runs[0]["alloc_per_epoch"],
-        "alloc_per_step": runs[0]["alloc_per_step"],
-        "alloc_method": runs[0]["alloc_method"],
-        "first_loss": runs[0]["first_loss"],
-        "reference_loss": runs[0].get("reference_loss"),
-        "final_loss": med([r["final_loss"] for r in runs]),
-        "test_loss": med([r["test_loss"] for r in runs]),
-        "test_accuracy": _median_or_none([r["test_accuracy"] for r in runs]),
-        "test_accuracy_runs": [r["test_accuracy"] for r in runs],
-        "mode": runs[0]["mode"],
-        "notes": runs[0]["notes"],
-        "versions": runs[0]["versions"],
-        **thread_use(runs),
-    }
-
-
-def _median_or_none(values: list):
-    """The median, or None when the values are None (a language model has no accuracy)."""
-    return None if any(v is None for v in values) else statistics.median(values)
-
-
-def thread_use(runs: list[dict]) -> dict:
-    """How many cores a framework kept busy while training (its CPU time over the wall time,
-    median over runs) and how many of its threads did work (those busy for at least 5% of the
-    time): whether a thread setting took effect. Empty for runs that did not record it."""
-    out = {}
-    used = [r["cpu_seconds"] / r["training_seconds"] for r in runs if r.get("training_seconds")]
-    if used:
-        out["cores_busy"] = statistics.median(used)
-    busy = [len(r["busy_thread_seconds"]) for r in runs if r.get("busy_thread_seconds")]
-    if busy:
-        out["busy_threads"] = max(busy)
-    return out
-
-
-def summarise_plain(runs: list[dict], steps_mode: bool) -> dict:
-    """A plain loop's repeats pooled: first and steady times, losses, cores kept busy."""
-    return {
-        "first": _spread(
-            [r["step_seconds"][0] if steps_mode else r["epoch_seconds"][0] for r in runs]
-        ),
-        "steady": _spread([t for r in runs for t in steady_samples(r, steps_mode)]),
-        "first_loss": runs[0]["first_loss"],
-        "reference_loss": runs[0].get("reference_loss"),
-        "final_loss": statistics.median(r["final_loss"] for r in runs),
-        "mode": "plain loop",
-        "versions": {k: v for k, v in runs[0].items() if k in ("torch", "jax")},
-        **thread_use(runs),
-    }
-
-
-def pair_ratios(runs: dict[str, list[dict]], steps_mode: bool) -> dict:
-    """tapegrad time / peer time, repeat by repeat (adjacent runs), for first and steady."""
-    out = {}
-    base = runs["tapegrad"]
-    for peer, peer_runs in runs.items():
-        if peer == "tapegrad":
-            continue
-        first, steady = [], []
-        for a, b in zip(base, peer_runs):
-            fa = a["step_seconds"][0] if steps_mode else a["epoch_seconds"][0]
-            fb = b["step_seconds"][0] if steps_mode else b["epoch_seconds"][0]
-            first.append(fa / fb)
-            sa, sb = steady_samples(a, steps_mode), steady_samples(b, steps_mode)
-            if sa and sb:
-                steady.append(statistics.median(sa) / statistics.median(sb))
-        out[peer] = {"first": _spread(first), "steady": _spread(steady)}
-    return out
-
-
-def loss_disagreement(a_name: str, a: float, b_name: str, b: float, rtol: float) -> str | None:
-    """A message if first-step losses ``a`` and ``b`` differ by more than ``rtol`` relative
-    (or either is NaN); None when they agree."""
-    rel = abs(a - b) / max(abs(a), abs(b), 1e-30)
-    if rel <= rtol:
-        return None
-    return (
-        f"first-step loss: {a_name} {a:.8g} vs {b_name} {b:.8g} (relative difference "
-        f"{rel:.2e} > {rtol:g}); from the same weights and batch they must agree "
-        f"to float32 rounding"
-    )
-
-
-def check_agreement(
-    summary: dict[str, dict],
-    band_points: float,
-    loss_rtol: float = LOSS_RTOL,
-    plain: dict[str, dict] | None = None,
-) -> list[str]:
-    """Every peer against tapegrad: first-step losses to ``loss_rtol`` relative, final test
-    accuracies within ``band_points`` percentage points; every plain loop (``plain``, which
-    evaluates nothing) on its first-step loss. Returns the failures (empty: agree).
-
-    A workload with dropout is compared on its ``reference_loss`` (the first batch in
-    evaluation mode, before training) instead of its first training loss, whose dropout masks
-    differ between frameworks; one without accuracy (a language model) on its final
-    validation loss, within :data:`LM_LOSS_BAND` nats."""
-    failures = []
-    base = summary["tapegrad"]
-
-    def first(s):
-        return s["first_loss"] if s.get("reference_loss") is None else s["reference_loss"]
-
-    for peer, s in summary.items():
-        if peer == "tapegrad":
-            continue
-        msg = loss_disagreement("tapegrad", first(base), peer, first(s), loss_rtol)
-        if msg:
-            failures.append(msg)
-        if base["test_accuracy"] is None or s["test_accuracy"] is None:
-            la, lb = base["test_loss"], s["test_loss"]
-            if not abs(la - lb) <= LM_LOSS_BAND:
-                failures.append(
-                    f"final validation loss: tapegrad {la:.4f} vs {peer} {lb:.4f} (difference "
-                    f"{abs(la - lb):.4f} > the {LM_LOSS_BAND:g}-nat band)"
-                )
-            continue
-        pa, pb = 100 * base["test_accuracy"], 100 * s["test_accuracy"]
-        if not abs(pa - pb) <= band_points:
-            failures.append(
-                f"final test accuracy: tapegrad {pa:.2f}% vs {peer} {pb:.2f}% (difference "
-                f"{abs(pa - pb):.2f} points > the {band_points:g}-point band)"
-            )
-    for peer, s in (plain or {}).items():
-        name = f"the plain {peer} loop"
-        msg = loss_disagreement("tapegrad", first(base), name, first(s), loss_rtol)
-        if msg:
-            failures.append(msg)
-    return failures
-
-
 # -- the whole benchmark ------------------------------------------------------------------------
 def parse_threads(text: str | int | None, cpus: int | None = None) -> list[int]:
     """``--threads``: ``N``, ``all`` (the usable CPUs, the default), or several separated by
@@ -581,77 +408,107 @@ def run_benchmarks(
         spec, facts = prepare(
             workload, folder, data_dir, seed, batch_size=batch_size, width=width or 1
         )
-        n_batches = -(-facts["train_samples"] // spec["batch_size"])
         spec.update(epochs=epochs, steps=steps, mode=mode, alloc_samples=4, allocator=allocator)
-        paths = {}
-        for t in settings:
-            for perturb in (False, True):
-                paths[t, perturb] = folder / f"spec-{t}{'-perturbed' if perturb else ''}.json"
-                with atomic_file(paths[t, perturb]) as f:
-                    f.write(json.dumps({**spec, "threads": t, "perturb": perturb}).encode())
+        n_batches = -(-facts["train_samples"] // spec["batch_size"])
+        paths = _write_specs(folder, spec, settings)
         runs = {t: {name: [] for name in order} for t in settings}
         gemm_rates: dict[int, list[float]] = {t: [] for t in settings}
         # tapegrad's numba kernels compile into a cache of their own here: the first run finds
         # it empty (cold: every kernel compiles), the later ones find it filled (warm)
         kernel_cache = {"NUMBA_CACHE_DIR": str(folder / "numba-cache")}
-        first = True
         for r in range(repeats):
             for t in settings:
                 spec_t = {**spec, "threads": t}
                 # the GEMM rate before every repeat, pooled: load on a shared machine comes and goes
                 gemm_rates[t] += run_worker("gemm", spec_t, paths[t, False], turn=r)["samples"]
                 for name in order:
-                    peer = name.removesuffix("-plain")
                     path = paths[t, perturb_peer and name in peers]
-                    if name.endswith("-plain"):
-                        result = launch(
-                            f"plain {peer} loop",
-                            selfcheck.command(peer, path),
-                            process_env(allocator),
-                            cpus_for(t, r),
-                            None,
-                        )
-                        result["batches_per_epoch"] = n_batches
-                        result["training_seconds"] = sum(result["epoch_seconds"])
-                    elif name == "tapegrad":
-                        result = run_worker(name, spec_t, path, extra_env=kernel_cache, turn=r)
-                        result["kernel_cache"] = "cold" if first else "warm"
-                        first = False
-                    else:
-                        result = run_worker(name, spec_t, path, turn=r)
+                    cache = kernel_cache if name == "tapegrad" else None
+                    result = _run_framework(name, spec_t, path, r, n_batches, allocator, cache)
+                    if name == "tapegrad":
+                        result["kernel_cache"] = "cold" if r == 0 and t == settings[0] else "warm"
                     runs[t][name].append(result)
-                    times = result["step_seconds"] if steps_mode else result["epoch_seconds"]
-                    log(
-                        f"  repeat {r + 1}/{repeats} {t} thread(s) {name:<12} first "
-                        f"{times[0]:.3f}s"
-                        + (
-                            f", then median {statistics.median(times[1:]):.3f}s"
-                            if len(times) > 1
-                            else ""
-                        )
-                        + _score(result)
-                    )
+                    log(_progress(result, r, repeats, t, name, steps_mode))
 
+    options = dict(epochs=epochs, steps=steps, repeats=repeats, mode=mode, seed=seed)
+    options.update(allocator=allocator, perturb_peer=perturb_peer)
     results = [
-        _result(
-            workload,
-            frameworks,
-            plains,
-            runs[t],
-            gemm_rates[t],
-            facts,
-            threads=t,
-            epochs=epochs,
-            steps=steps,
-            repeats=repeats,
-            mode=mode,
-            seed=seed,
-            allocator=allocator,
-            perturb_peer=perturb_peer,
-        )
+        _result(workload, frameworks, plains, runs[t], gemm_rates[t], facts, threads=t, **options)
         for t in settings
     ]
     return {"workload": workload, "threads": settings, "results": results}
+
+
+def _write_specs(folder: Path, spec: dict, settings: list[int]) -> dict:
+    """One worker spec file per thread setting, plain and perturbed: ``{(threads, perturbed):
+    path}``."""
+    paths = {}
+    for t in settings:
+        for perturb in (False, True):
+            paths[t, perturb] = folder / f"spec-{t}{'-perturbed' if perturb else ''}.json"
+            with atomic_file(paths[t, perturb]) as f:
+                f.write(json.dumps({**spec, "threads": t, "perturb": perturb}).encode())
+    return paths
+
+
+def _run_framework(name, spec_t, path, turn, n_batches, allocator, kernel_cache) -> dict:
+    """One run of ``name``: tapegrad's or a peer's worker, or a peer's plain loop
+    (``torch-plain``, ``jax-plain``)."""
+    if name.endswith("-plain"):
+        peer = name.removesuffix("-plain")
+        result = launch(
+            f"plain {peer} loop",
+            selfcheck.command(peer, path),
+            process_env(allocator),
+            cpus_for(spec_t["threads"], turn),
+            None,
+        )
+        result["batches_per_epoch"] = n_batches
+        result["training_seconds"] = sum(result["epoch_seconds"])
+        return result
+    if kernel_cache is not None:
+        return run_worker(name, spec_t, path, extra_env=kernel_cache, turn=turn)
+    return run_worker(name, spec_t, path, turn=turn)
+
+
+def _progress(result: dict, r: int, repeats: int, t: int, name: str, steps_mode: bool) -> str:
+    times = result["step_seconds"] if steps_mode else result["epoch_seconds"]
+    then = f", then median {statistics.median(times[1:]):.3f}s" if len(times) > 1 else ""
+    return (
+        f"  repeat {r + 1}/{repeats} {t} thread(s) {name:<12} first {times[0]:.3f}s"
+        + then
+        + _score(result)
+    )
+
+
+def _self_checks(runs: dict, plains: list[str], steps_mode: bool) -> dict:
+    """Each peer's worker against its plain loop, over the steady epochs (or steps)."""
+
+    def steady(name: str) -> list[list[float]]:  # per repeat
+        return [steady_samples(r, steps_mode) for r in runs[name]]
+
+    def steady_cpu(name: str) -> list[list[float]]:
+        return [] if steps_mode else [r["epoch_cpu_seconds"][1:] for r in runs[name]]
+
+    return {
+        p: selfcheck.compare(
+            steady(p),
+            steady(f"{p}-plain"),
+            worker_cpu=steady_cpu(p),
+            plain_cpu=steady_cpu(f"{p}-plain"),
+        )
+        for p in plains
+    }
+
+
+def _step_medians(runs: dict) -> None:
+    """Replace each run's step times by their median per epoch (in place)."""
+    for rs in runs.values():
+        for r in rs:
+            n, steps = r["batches_per_epoch"], r.pop("step_seconds")
+            r["step_median_per_epoch"] = [
+                statistics.median(steps[i : i + n]) for i in range(0, len(steps), n)
+            ]
 
 
 def _result(
@@ -678,28 +535,9 @@ def _result(
     ratios = pair_ratios(runs, steps_mode)
     unit = "step" if steps_mode else "epoch"
 
-    def steady(name: str) -> list[list[float]]:  # per repeat
-        return [steady_samples(r, steps_mode) for r in runs[name]]
-
-    def steady_cpu(name: str) -> list[list[float]]:
-        return [] if steps_mode else [r["epoch_cpu_seconds"][1:] for r in runs[name]]
-
-    checks = {
-        p: selfcheck.compare(
-            steady(p),
-            steady(f"{p}-plain"),
-            worker_cpu=steady_cpu(p),
-            plain_cpu=steady_cpu(f"{p}-plain"),
-        )
-        for p in plains
-    }
+    checks = _self_checks(runs, plains, steps_mode)
     if not steps_mode:  # keep the JSON small: per-epoch step medians instead of every step
-        for rs in runs.values():
-            for r in rs:
-                n, steps_ = r["batches_per_epoch"], r.pop("step_seconds")
-                r["step_median_per_epoch"] = [
-                    statistics.median(steps_[i : i + n]) for i in range(0, len(steps_), n)
-                ]
+        _step_medians(runs)
     short = steps_mode and steps < runs["tapegrad"][0]["batches_per_epoch"]
     band = ACC_BAND_SHORT if short else ACC_BAND_FULL
     failures = check_agreement(summary, band, plain=plain)
@@ -742,130 +580,3 @@ def _result(
         },
         "runs": runs,
     }
-
-
-# -- printing -----------------------------------------------------------------------------------
-def _score(result: dict) -> str:
-    """ ", test accuracy A%" (", validation loss L" for a language model) of one run."""
-    if result.get("test_accuracy") is not None:
-        return f", test accuracy {100 * result['test_accuracy']:.2f}%"
-    if result.get("test_loss") is not None:
-        return f", validation loss {result['test_loss']:.4f}"
-    return ""
-
-
-def _accuracy(s: dict) -> str:
-    if s.get("test_accuracy") is None:
-        return f"{'val ' + format(s['test_loss'], '.3f'):>9}"
-    return f"{100 * s['test_accuracy']:>8.2f}%"
-
-
-def _mib(n) -> str:
-    return "n/a" if n is None else f"{n / 2**20:.1f} MiB"
-
-
-def _bytes(n) -> str:
-    if n is None:
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def _secs(s: dict | None, spread: bool = True) -> str:
-    if s is None:
-        return "n/a"
-    if not spread or s["n"] == 1:
-        return f"{s['median']:.3f}s"
-    return f"{s['median']:.3f}s [{s['min']:.3f}-{s['max']:.3f}]"
-
-
-def first_epoch_note(result: dict) -> str | None:
-    """tapegrad's first epoch with a cold and a warm kernel cache, against its steady epoch."""
-    s = result["summary"]["tapegrad"]
-    cold, warm, steady = s.get("first_cold"), s["first"], s["steady"]
-    if result["unit"] != "epoch" or not cold or not warm or not steady:
-        return None
-    if warm == cold:  # every run was cold (one repeat): "first" fell back to them, none is warm
-        return None
-    return (
-        f"First epoch of tapegrad: {warm['median']:.2f}s with a warm kernel cache "
-        f"({warm['n']} run(s)), {cold['median']:.2f}s with a cold one (an empty "
-        f"NUMBA_CACHE_DIR: every kernel compiles); warm, it costs "
-        f"{warm['median'] - steady['median']:+.2f}s over a steady epoch, cold "
-        f"{cold['median'] - steady['median']:+.2f}s"
-    )
-
-
-def _cores(s: dict) -> str:
-    if "cores_busy" not in s:
-        return "n/a"
-    threads = f"/{s['busy_threads']}" if "busy_threads" in s else ""
-    return f"{s['cores_busy']:.2f}{threads}"
-
-
-def format_table(result: dict) -> str:
-    """The terminal table: one row per framework and plain loop, ratios, the floor, the
-    guard's and the self-check's verdicts."""
-    unit = result["unit"]
-    head = (
-        f"{'framework':<12} {'first ' + unit:>14} {'steady ' + unit + ' median [min-max]':>34} "
-        f"{'cores/thr':>9} {'peak RSS':>11} {'alloc/epoch':>12} {'loss':>8} {'test acc':>9}"
-    )
-    lines = [f"{result['workload']}, {result['threads']} thread(s):", head]
-    for fw, s in result["summary"].items():
-        lines.append(
-            f"{fw:<12} {_secs(s['first'], False):>14} {_secs(s['steady']):>34} "
-            f"{_cores(s):>9} {_mib(s['peak_rss']):>11} {_bytes(s['alloc_per_epoch']):>12} "
-            f"{s['final_loss']:>8.4f} {_accuracy(s)}"
-        )
-    for peer, s in result.get("plain", {}).items():
-        lines.append(
-            f"{peer + ' plain':<12} {_secs(s['first'], False):>14} {_secs(s['steady']):>34} "
-            f"{_cores(s):>9} {'':>11} {'':>12} {s['final_loss']:>8.4f}"
-        )
-    for peer, r in result["ratios"].items():
-        steady = r["steady"]
-        text = (
-            f"steady {steady['median']:.2f}x [{steady['min']:.2f}-{steady['max']:.2f}]"
-            if steady
-            else "steady n/a"
-        )
-        name = f"{peer.removesuffix('-plain')}'s plain loop" if peer.endswith("-plain") else peer
-        lines.append(
-            f"tapegrad / {name}: {text}, first {unit} {r['first']['median']:.2f}x "
-            f"(time ratio, repeat by repeat; > 1 means tapegrad is slower)"
-        )
-    lines.append("cores/thr: CPU time over wall time while training, and the threads that did work")
-    note = first_epoch_note(result)
-    if note:
-        lines.append(note)
-    fl = result["floor"]
-    key = "epoch_seconds" if unit == "epoch" else "step_seconds"
-    lines.append(
-        f"floor: {result['facts']['flops']['per_sample_train'] / 1e6:.3f} MFLOP per sample "
-        f"trained -> {fl[key]:.3f}s per {unit} at the measured "
-        f"{fl['gemm_flops_per_second'] / 1e9:.1f} GFLOP/s float32 GEMM rate"
-    )
-    g = result["guard"]
-    if g["passed"]:
-        lines.append(
-            f"guard: passed (first-step losses within {g['loss_rtol']:g} relative, test "
-            + (
-                f"accuracies within {g['accuracy_band_points']:g} points)"
-                if result["summary"]["tapegrad"]["test_accuracy"] is not None
-                else f"validation losses within {LM_LOSS_BAND:g} nats; dropout: losses of "
-                f"the first batch in evaluation mode)"
-            )
-        )
-    else:
-        lines.extend(f"guard FAILED: {f}" for f in g["failures"])
-    check = result.get("self_check")
-    if check and check["checks"]:
-        for peer, c in check["checks"].items():
-            verdict = "passed" if c["passed"] else "FAILED"
-            lines.append(f"self-check {verdict}: {selfcheck.describe(peer, c, unit)}")
-    elif check is not None:
-        lines.append("self-check: not run (no peer, or --no-self-check)")
-    return "\n".join(lines)

@@ -24,8 +24,6 @@ import optax
 from jax import lax
 from safetensors.numpy import load_file
 
-spec = json.load(open(sys.argv[1]))
-
 
 def max_pool(x, size):
     window = (1, 1) + (size,) * (x.ndim - 2)
@@ -136,85 +134,106 @@ def resnet(p, state, x, key=None):
     return linear(p, fc, h.mean((2, 3))), state
 
 
-models = {"seed-cnn": seed_cnn, "seed-rnn": seed_rnn, "text-cnn": text_cnn, "mlp": mlp}
-preset = "text-cnn" if spec["preset"] == "text-cnn-learned" else spec["preset"]
-if preset in ("char-lm", "resnet"):
-    model = char_lm if preset == "char-lm" else resnet
-else:
-    model = lambda p, state, x, key=None: (models[preset](p, x), state)  # noqa: E731
-binary = spec["task"] == "binary"
+MODELS = {"seed-cnn": seed_cnn, "seed-rnn": seed_rnn, "text-cnn": text_cnn, "mlp": mlp}
 
 
-def loss_fn(params, state, x, y, key=None):
-    logits, state = model(params, state, x, key)
-    if binary:
-        return optax.sigmoid_binary_cross_entropy(logits, y).mean(), state
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
+def make_model(name: str):
+    """The model as a function ``(params, state, x, key) -> (logits, state)``."""
+    preset = "text-cnn" if name == "text-cnn-learned" else name
+    if preset in ("char-lm", "resnet"):
+        return char_lm if preset == "char-lm" else resnet
+    return lambda p, state, x, key=None: (MODELS[preset](p, x), state)
 
 
-lr, wd, momentum = spec["lr"], spec.get("weight_decay", 0.0), spec.get("momentum", 0.0)
-if spec["optimizer"] == "adamw":
-    tx = optax.adamw(lr, weight_decay=wd)
-elif spec["optimizer"] == "adam":
-    tx = optax.chain(optax.add_decayed_weights(wd), optax.adam(lr)) if wd else optax.adam(lr)
-else:  # PyTorch's SGD: the weight decay added to the gradient, then momentum
+def make_loss(model, binary: bool):
+    def loss_fn(params, state, x, y, key=None):
+        logits, state = model(params, state, x, key)
+        if binary:
+            return optax.sigmoid_binary_cross_entropy(logits, y).mean(), state
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), state
+
+    return loss_fn
+
+
+def make_optimizer(spec: dict):
+    lr, wd, momentum = spec["lr"], spec.get("weight_decay", 0.0), spec.get("momentum", 0.0)
+    if spec["optimizer"] == "adamw":
+        return optax.adamw(lr, weight_decay=wd)
+    if spec["optimizer"] == "adam":
+        return optax.chain(optax.add_decayed_weights(wd), optax.adam(lr)) if wd else optax.adam(lr)
+    # PyTorch's SGD: the weight decay added to the gradient, then momentum
     tx = optax.sgd(lr, momentum or None)
-    tx = optax.chain(optax.add_decayed_weights(wd), tx) if wd else tx
+    return optax.chain(optax.add_decayed_weights(wd), tx) if wd else tx
 
 
-@partial(jax.jit, donate_argnums=(0, 1, 2))
-def train_step(params, state, opt_state, step, x, y):
-    key = jax.random.fold_in(jax.random.key(spec["seed"]), step)
-    (loss, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y, key)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), state, opt_state, loss
+def make_train_step(loss_fn, tx, seed: int):
+    @partial(jax.jit, donate_argnums=(0, 1, 2))
+    def train_step(params, state, opt_state, step, x, y):
+        key = jax.random.fold_in(jax.random.key(seed), step)
+        (loss, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y, key)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), state, opt_state, loss
+
+    return train_step
 
 
-weights = {k: jnp.asarray(v) for k, v in load_file(spec["weights"]).items()}
-buffers = ("running_mean", "running_var", "num_batches_tracked")
-params = {k: v for k, v in weights.items() if not k.endswith(buffers)}
-state = {k: v for k, v in weights.items() if k.endswith(buffers)}
-opt_state = tx.init(params)
-X = np.load(spec["data"]["train_x"], allow_pickle=False)
-Y = np.load(spec["data"]["train_y"], allow_pickle=False).astype(np.float32 if binary else np.int32)
-batch_size, steps = spec["batch_size"], spec.get("steps")
-batches_per_epoch = -(-len(X) // batch_size)
-epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
-reference_loss = None
-if spec.get("stochastic"):  # dropout: the first batch's loss without it, for the check
-    idx = np.random.default_rng([spec["seed"], 1]).permutation(len(X))[:batch_size]
-    reference_loss = float(jax.jit(loss_fn)(params, state, X[idx], Y[idx])[0])
+def train(spec: dict) -> dict:
+    """Train as ``spec`` says; the timings and losses the self-check compares."""
+    binary = spec["task"] == "binary"
+    loss_fn = make_loss(make_model(spec["preset"]), binary)
+    tx = make_optimizer(spec)
+    train_step = make_train_step(loss_fn, tx, spec["seed"])
+    weights = {k: jnp.asarray(v) for k, v in load_file(spec["weights"]).items()}
+    buffers = ("running_mean", "running_var", "num_batches_tracked")
+    params = {k: v for k, v in weights.items() if not k.endswith(buffers)}
+    state = {k: v for k, v in weights.items() if k.endswith(buffers)}
+    opt_state = tx.init(params)
+    X = np.load(spec["data"]["train_x"], allow_pickle=False)
+    Y = np.load(spec["data"]["train_y"], allow_pickle=False)
+    Y = Y.astype(np.float32 if binary else np.int32)
+    batch_size, steps = spec["batch_size"], spec.get("steps")
+    batches_per_epoch = -(-len(X) // batch_size)
+    epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
+    reference_loss = None
+    if spec.get("stochastic"):  # dropout: the first batch's loss without it, for the check
+        idx = np.random.default_rng([spec["seed"], 1]).permutation(len(X))[:batch_size]
+        reference_loss = float(jax.jit(loss_fn)(params, state, X[idx], Y[idx])[0])
 
-epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
-for epoch in range(1, epochs + 1):
-    order = np.random.default_rng([spec["seed"], epoch]).permutation(len(X))
-    first_of_epoch, t_epoch, cpu_epoch = len(losses), time.perf_counter(), time.process_time()
-    for i in range(0, len(X), batch_size):
-        t_step = time.perf_counter()
-        idx = order[i : i + batch_size]
-        params, state, opt_state, loss = train_step(
-            params, state, opt_state, len(losses), X[idx], Y[idx]
-        )
-        losses.append(float(loss))
-        step_seconds.append(time.perf_counter() - t_step)
-        if len(losses) == steps:
-            break
-    epoch_seconds.append(time.perf_counter() - t_epoch)
-    epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
-    epoch_losses.append(float(np.mean(losses[first_of_epoch:])))
+    epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
+    for epoch in range(1, epochs + 1):
+        order = np.random.default_rng([spec["seed"], epoch]).permutation(len(X))
+        first_of_epoch, t_epoch, cpu_epoch = len(losses), time.perf_counter(), time.process_time()
+        for i in range(0, len(X), batch_size):
+            t_step = time.perf_counter()
+            idx = order[i : i + batch_size]
+            params, state, opt_state, loss = train_step(
+                params, state, opt_state, len(losses), X[idx], Y[idx]
+            )
+            losses.append(float(loss))
+            step_seconds.append(time.perf_counter() - t_step)
+            if len(losses) == steps:
+                break
+        epoch_seconds.append(time.perf_counter() - t_epoch)
+        epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
+        epoch_losses.append(float(np.mean(losses[first_of_epoch:])))
+    return {
+        "framework": "jax-plain",
+        "epoch_seconds": epoch_seconds,
+        "epoch_cpu_seconds": epoch_cpu_seconds,
+        "step_seconds": step_seconds,
+        "first_loss": losses[0],
+        "reference_loss": reference_loss,
+        "final_loss": epoch_losses[-1],
+        "cpu_seconds": sum(epoch_cpu_seconds),
+        "jax": jax.__version__,
+    }
 
-print(
-    json.dumps(
-        {
-            "framework": "jax-plain",
-            "epoch_seconds": epoch_seconds,
-            "epoch_cpu_seconds": epoch_cpu_seconds,
-            "step_seconds": step_seconds,
-            "first_loss": losses[0],
-            "reference_loss": reference_loss,
-            "final_loss": epoch_losses[-1],
-            "cpu_seconds": sum(epoch_cpu_seconds),
-            "jax": jax.__version__,
-        }
-    )
-)
+
+def main(argv: list[str]) -> None:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    print(json.dumps(train(spec)))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -23,13 +23,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-spec = json.load(open(sys.argv[1]))
-torch.set_num_threads(spec["threads"])
-weights = load_file(spec["weights"])
-
 
 class SeedCNN(nn.Module):
-    def __init__(self):
+    def __init__(self, weights):
         super().__init__()
         channels, hidden = weights["1.weight"].shape[0], weights["5.weight"].shape[0]
         self.conv = nn.Conv2d(1, channels, 3, bias=False)
@@ -53,7 +49,7 @@ class SeedRNN(nn.Module):
 
 
 class TextCNN(nn.Module):
-    def __init__(self):
+    def __init__(self, weights):
         super().__init__()
         self.embed = nn.Embedding(*weights["0.weight"].shape)
         self.conv = nn.Conv1d(self.embed.embedding_dim, 8, 3)
@@ -65,7 +61,7 @@ class TextCNN(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self):
+    def __init__(self, weights):
         super().__init__()
         self.fc1 = nn.Linear(784, weights["1.weight"].shape[0])
         self.fc2 = nn.Linear(weights["1.weight"].shape[0], 10)
@@ -93,7 +89,7 @@ class Block(nn.Module):
 
 
 class CharLM(nn.Module):
-    def __init__(self):
+    def __init__(self, weights):
         super().__init__()
         vocab, d = weights["tok.weight"].shape
         self.layers = len({k.split(".")[1] for k in weights if k.startswith("blocks.")})
@@ -108,7 +104,7 @@ class CharLM(nn.Module):
         x = self.drop(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))
         return self.head(self.ln_f(self.blocks(x)))
 
-    def names(self):
+    def names(self, weights):
         out = ["tok.weight", "pos.weight"]
         for i in range(self.layers):
             b = f"blocks.{i}"
@@ -136,7 +132,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self):
+    def __init__(self, weights):
         super().__init__()
         self.blocks = sorted({int(k.split(".")[0]) for k in weights if ".conv1." in k})
         widths = [weights[f"{i}.conv1.weight"].shape[0] for i in self.blocks]
@@ -152,7 +148,7 @@ class ResNet(nn.Module):
         x = F.relu(self.bn(self.conv(x.reshape(len(x), 1, 28, 28))))
         return self.fc(F.adaptive_avg_pool2d(self.layers(x), 1).flatten(1))
 
-    def names(self):  # tapegrad's Sequential numbers its layers: 1 conv, 2 bn, 4.. blocks
+    def names(self, weights):  # tapegrad's Sequential numbers its layers: 1 conv, 2 bn, 4.. blocks
         out = ["1.weight", "2.weight", "2.bias"]
         for i in self.blocks:
             out += [f"{i}.conv1.weight", f"{i}.bn1.weight", f"{i}.bn1.bias"]
@@ -163,93 +159,107 @@ class ResNet(nn.Module):
         return out + [f"{fc}.weight", f"{fc}.bias"]
 
 
-# the model, and where each of its parameters is in the exported weights
-preset = spec["preset"]
-if preset == "seed-cnn":
-    model, names = SeedCNN(), ["1.weight", "5.weight", "7.weight"]
-elif preset == "seed-rnn":
-    model = SeedRNN()
-    names = ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0"]
-    names += ["head.weight", "head.bias"]
-elif preset in ("text-cnn", "text-cnn-learned"):
-    model = TextCNN()
-    names = ["0.weight", "2.weight", "2.bias", "6.weight", "6.bias"]
-elif preset == "mlp":
-    model, names = MLP(), ["1.weight", "1.bias", "3.weight", "3.bias"]
-elif preset in ("char-lm", "resnet"):
-    model = CharLM() if preset == "char-lm" else ResNet()
-    names = model.names()
-else:
+def build(preset: str, weights: dict):
+    """The model, and where each of its parameters is in the exported weights."""
+    if preset == "seed-cnn":
+        return SeedCNN(weights), ["1.weight", "5.weight", "7.weight"]
+    if preset == "seed-rnn":
+        names = ["rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0"]
+        return SeedRNN(), [*names, "head.weight", "head.bias"]
+    if preset in ("text-cnn", "text-cnn-learned"):
+        return TextCNN(weights), ["0.weight", "2.weight", "2.bias", "6.weight", "6.bias"]
+    if preset == "mlp":
+        return MLP(weights), ["1.weight", "1.bias", "3.weight", "3.bias"]
+    if preset in ("char-lm", "resnet"):
+        model = CharLM(weights) if preset == "char-lm" else ResNet(weights)
+        return model, model.names(weights)
     sys.exit(f"plain_torch.py: no model for preset {preset!r}")
-with torch.no_grad():
-    for p, name in zip(model.parameters(), names, strict=True):
-        p.copy_(weights[name])
 
-lr, wd = spec["lr"], spec.get("weight_decay", 0.0)
-if spec["optimizer"] == "adam":
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
-elif spec["optimizer"] == "adamw":
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
-else:
-    opt = torch.optim.SGD(
+
+def make_optimizer(spec: dict, model):
+    lr, wd = spec["lr"], spec.get("weight_decay", 0.0)
+    if spec["optimizer"] == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
+    if spec["optimizer"] == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+    return torch.optim.SGD(
         model.parameters(), lr=lr, momentum=spec.get("momentum", 0.0), weight_decay=wd
     )
-if spec["task"] == "binary":
-    loss_fn = nn.BCEWithLogitsLoss()
-elif spec["task"] == "language-model":
 
-    def loss_fn(logits, y):
-        return F.cross_entropy(logits.flatten(0, 1), y.flatten())
 
-else:
-    loss_fn = nn.CrossEntropyLoss()
+def make_loss(task: str):
+    if task == "binary":
+        return nn.BCEWithLogitsLoss()
+    if task == "language-model":
 
-X = torch.from_numpy(np.load(spec["data"]["train_x"], allow_pickle=False))
-Y = torch.from_numpy(np.load(spec["data"]["train_y"], allow_pickle=False))
-if spec["task"] == "binary":
-    Y = Y.float()
-batch_size, steps = spec["batch_size"], spec.get("steps")
-batches_per_epoch = -(-len(X) // batch_size)
-epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
-reference_loss = None
-if spec.get("stochastic"):  # dropout: the first batch's loss without it, for the check
-    model.eval()
+        def loss_fn(logits, y):
+            return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+        return loss_fn
+    return nn.CrossEntropyLoss()
+
+
+def train(spec: dict) -> dict:
+    """Train as ``spec`` says; the timings and losses the self-check compares."""
+    torch.set_num_threads(spec["threads"])
+    weights = load_file(spec["weights"])
+    model, names = build(spec["preset"], weights)
     with torch.no_grad():
-        idx = torch.from_numpy(np.random.default_rng([spec["seed"], 1]).permutation(len(X)))
-        reference_loss = loss_fn(model(X[idx[:batch_size]]), Y[idx[:batch_size]]).item()
-    model.train()
+        for p, name in zip(model.parameters(), names, strict=True):
+            p.copy_(weights[name])
+    opt, loss_fn = make_optimizer(spec, model), make_loss(spec["task"])
 
-epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
-for epoch in range(1, epochs + 1):
-    order = torch.from_numpy(np.random.default_rng([spec["seed"], epoch]).permutation(len(X)))
-    first_of_epoch, t_epoch, cpu_epoch = len(losses), time.perf_counter(), time.process_time()
-    for i in range(0, len(X), batch_size):
-        t_step = time.perf_counter()
-        idx = order[i : i + batch_size]
-        opt.zero_grad()
-        loss = loss_fn(model(X[idx]), Y[idx])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        step_seconds.append(time.perf_counter() - t_step)
-        if len(losses) == steps:
-            break
-    epoch_seconds.append(time.perf_counter() - t_epoch)
-    epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
-    epoch_losses.append(float(np.mean(losses[first_of_epoch:])))
+    X = torch.from_numpy(np.load(spec["data"]["train_x"], allow_pickle=False))
+    Y = torch.from_numpy(np.load(spec["data"]["train_y"], allow_pickle=False))
+    if spec["task"] == "binary":
+        Y = Y.float()
+    batch_size, steps = spec["batch_size"], spec.get("steps")
+    batches_per_epoch = -(-len(X) // batch_size)
+    epochs = -(-steps // batches_per_epoch) if steps else spec["epochs"]
+    reference_loss = None
+    if spec.get("stochastic"):  # dropout: the first batch's loss without it, for the check
+        model.eval()
+        with torch.no_grad():
+            idx = torch.from_numpy(np.random.default_rng([spec["seed"], 1]).permutation(len(X)))
+            reference_loss = loss_fn(model(X[idx[:batch_size]]), Y[idx[:batch_size]]).item()
+        model.train()
 
-print(
-    json.dumps(
-        {
-            "framework": "torch-plain",
-            "epoch_seconds": epoch_seconds,
-            "epoch_cpu_seconds": epoch_cpu_seconds,
-            "step_seconds": step_seconds,
-            "first_loss": losses[0],
-            "reference_loss": reference_loss,
-            "final_loss": epoch_losses[-1],
-            "cpu_seconds": sum(epoch_cpu_seconds),
-            "torch": torch.__version__,
-        }
-    )
-)
+    epoch_seconds, epoch_cpu_seconds, step_seconds, losses, epoch_losses = [], [], [], [], []
+    for epoch in range(1, epochs + 1):
+        order = torch.from_numpy(np.random.default_rng([spec["seed"], epoch]).permutation(len(X)))
+        first_of_epoch, t_epoch, cpu_epoch = len(losses), time.perf_counter(), time.process_time()
+        for i in range(0, len(X), batch_size):
+            t_step = time.perf_counter()
+            idx = order[i : i + batch_size]
+            opt.zero_grad()
+            loss = loss_fn(model(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            step_seconds.append(time.perf_counter() - t_step)
+            if len(losses) == steps:
+                break
+        epoch_seconds.append(time.perf_counter() - t_epoch)
+        epoch_cpu_seconds.append(time.process_time() - cpu_epoch)
+        epoch_losses.append(float(np.mean(losses[first_of_epoch:])))
+    return {
+        "framework": "torch-plain",
+        "epoch_seconds": epoch_seconds,
+        "epoch_cpu_seconds": epoch_cpu_seconds,
+        "step_seconds": step_seconds,
+        "first_loss": losses[0],
+        "reference_loss": reference_loss,
+        "final_loss": epoch_losses[-1],
+        "cpu_seconds": sum(epoch_cpu_seconds),
+        "torch": torch.__version__,
+    }
+
+
+def main(argv: list[str]) -> None:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    print(json.dumps(train(spec)))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

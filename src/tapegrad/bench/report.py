@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ..serialization import atomic_file
 from . import selfcheck
-from .harness import ALLOCATOR_ENV, _bytes, first_epoch_note
+from .harness import ALLOCATOR_ENV
+from .table import _bytes, first_epoch_note
 
 COLORS = {"tapegrad": "#d95f02", "torch": "#1b9e77", "jax": "#7570b3", "autograd": "#e7298a"}
 

@@ -120,6 +120,40 @@ def run(framework: str, spec: dict) -> dict:
         reference_loss = runner.evaluate(*next(batches.epoch(1)))[0]
     rss_before = _current_rss()
 
+    trained = _train(framework, runner, batches, epochs, steps_limit)
+
+    t0 = time.perf_counter()
+    test_loss, test_acc = runner.evaluate(arrays["test_x"], arrays["test_y"])
+    eval_seconds = time.perf_counter() - t0
+    peak_after_training = peak_rss_bytes()
+
+    # Allocation, after everything reported above: the Trainer's sampled steps of epoch 1.
+    alloc_step, method = _allocation(runner, batches, spec.get("alloc_samples", 4))
+
+    return {
+        "framework": framework,
+        "mode": spec.get("mode", "eager") if framework == "tapegrad" else runner.mode,
+        "versions": runner.versions(),
+        "threads": spec["threads"],
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "batches_per_epoch": n_batches,
+        **trained,
+        "reference_loss": reference_loss,
+        "final_loss": trained["epoch_losses"][-1],
+        "test_loss": test_loss,
+        "test_accuracy": test_acc,
+        "eval_seconds": eval_seconds,
+        "rss_before_training": rss_before,
+        "peak_rss": peak_after_training,
+        "alloc_per_step": alloc_step,
+        "alloc_per_epoch": None if alloc_step is None else alloc_step * n_batches,
+        "alloc_method": method,
+        "notes": runner.notes,
+    }
+
+
+def _train(framework: str, runner, batches, epochs: int, steps_limit) -> dict:
+    """The timed training: every step's, epoch's and the whole run's time, CPU time, losses."""
     epoch_seconds, epoch_cpu_seconds, epoch_losses, step_seconds = [], [], [], []
     first_loss = None
     done = 0
@@ -146,31 +180,7 @@ def run(framework: str, spec: dict) -> dict:
         epoch_losses.append(total / max(seen, 1))
     training_seconds = time.perf_counter() - t_training
     cpu_seconds = time.process_time() - cpu_before
-    threads = busy_threads(threads_before, thread_cpu_seconds(), training_seconds)
-
-    t0 = time.perf_counter()
-    test_loss, test_acc = runner.evaluate(arrays["test_x"], arrays["test_y"])
-    eval_seconds = time.perf_counter() - t0
-    peak_after_training = peak_rss_bytes()
-
-    # Allocation, after everything reported above: the Trainer's sampled steps of epoch 1.
-    sampler = AllocationSampler(spec.get("alloc_samples", 4))
-    sampler.start_epoch(n_batches, 0)
-    per_step, method = [], None
-    for i, (xb, yb) in enumerate(batches.epoch(1)):
-        if sampler.wants(i):
-            nbytes, method = runner.allocated(xb, yb)
-            if nbytes is not None:
-                per_step.append(int(nbytes))
-    alloc_step = int(np.median(per_step)) if per_step else None
-
     return {
-        "framework": framework,
-        "mode": spec.get("mode", "eager") if framework == "tapegrad" else runner.mode,
-        "versions": runner.versions(),
-        "threads": spec["threads"],
-        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "batches_per_epoch": n_batches,
         "steps": done,
         "epoch_seconds": epoch_seconds,
         "epoch_cpu_seconds": epoch_cpu_seconds,
@@ -178,20 +188,23 @@ def run(framework: str, spec: dict) -> dict:
         "epoch_losses": epoch_losses,
         "training_seconds": training_seconds,
         "cpu_seconds": cpu_seconds,
-        "busy_thread_seconds": threads,
+        "busy_thread_seconds": busy_threads(threads_before, thread_cpu_seconds(), training_seconds),
         "first_loss": first_loss,
-        "reference_loss": reference_loss,
-        "final_loss": epoch_losses[-1],
-        "test_loss": test_loss,
-        "test_accuracy": test_acc,
-        "eval_seconds": eval_seconds,
-        "rss_before_training": rss_before,
-        "peak_rss": peak_after_training,
-        "alloc_per_step": alloc_step,
-        "alloc_per_epoch": None if alloc_step is None else alloc_step * n_batches,
-        "alloc_method": method,
-        "notes": runner.notes,
     }
+
+
+def _allocation(runner, batches, samples: int):
+    """(median bytes a sampled step of epoch 1 allocates, how it was measured): the steps the
+    Trainer samples."""
+    sampler = AllocationSampler(samples)
+    sampler.start_epoch(len(batches), 0)
+    per_step, method = [], None
+    for i, (xb, yb) in enumerate(batches.epoch(1)):
+        if sampler.wants(i):
+            nbytes, method = runner.allocated(xb, yb)
+            if nbytes is not None:
+                per_step.append(int(nbytes))
+    return (int(np.median(per_step)) if per_step else None), method
 
 
 def gemm(spec: dict) -> dict:

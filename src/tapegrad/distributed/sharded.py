@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff import Tensor
-from . import GradientAverager, SingleWorld, shard
+from .averager import GradientAverager
+from .comm import SingleWorld, shard
 
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "RMSprop")
 

@@ -173,18 +173,8 @@ class LBFGS(Optimizer):
     # -- the step --------------------------------------------------------------------------------
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Run up to ``max_iter`` L-BFGS iterations; returns the closure's first loss."""
-        if closure is None:
-            raise TypeError(
-                "LBFGS.step needs a closure that zeroes the gradients, computes the loss, "
-                "calls backward() and returns the loss: step(closure)"
-            )
-        if _TRACING.active is not None:
-            raise TraceError(
-                "LBFGS.step cannot be compiled: it re-evaluates its closure a number of times "
-                "that depends on the values; call it outside tg.compile"
-            )
+        self._check_closure(closure)
         group = self.param_groups[0]
-        lr, history_size = group["lr"], group["history_size"]
         max_iter, max_eval = group["max_iter"], group["max_eval"]
         tol_grad, tol_change = group["tolerance_grad"], group["tolerance_change"]
         work = self._buffers()
@@ -198,12 +188,9 @@ class LBFGS(Optimizer):
         if self._abs_max(g) <= tol_grad:
             return first_loss
 
-        d = st.get("d")
-        t = st.get("t")
+        d, t = st.get("d"), st.get("t")
         dirs, steps, rho = st.get("old_dirs"), st.get("old_stps"), st.get("ro")
-        h_diag = st.get("H_diag")
-        prev_g = st.get("prev_flat_grad")
-        prev_loss = st.get("prev_loss")
+        h_diag, prev_g, prev_loss = st.get("H_diag"), st.get("prev_flat_grad"), st.get("prev_loss")
         if d is None:
             d = np.empty(self._n, self._dtype)
         done_iters = 0
@@ -217,26 +204,7 @@ class LBFGS(Optimizer):
                 dirs, steps, rho = [], [], []
                 h_diag = 1
             else:
-                y, s = self._spare or (
-                    np.empty(self._n, self._dtype),
-                    np.empty(self._n, self._dtype),
-                )
-                self._spare = None
-                np.subtract(g, prev_g, out=y)
-                np.multiply(d, t, out=s)
-                ys = y.dot(s)
-                if ys > 1e-10:
-                    # drop the oldest pair(s): more than one only if history_size was lowered
-                    # mid-run (PyTorch then keeps the longer history for good)
-                    while len(dirs) >= history_size:
-                        self._spare = (dirs.pop(0), steps.pop(0))
-                        rho.pop(0)
-                    dirs.append(y)
-                    steps.append(s)
-                    rho.append(1.0 / ys)
-                    h_diag = ys / y.dot(y)
-                else:
-                    self._spare = (y, s)
+                h_diag = self._remember(g, prev_g, d, t, dirs, steps, rho, h_diag)
                 self._two_loop(g, d, dirs, steps, rho, h_diag)
 
             if prev_g is None:
@@ -245,34 +213,17 @@ class LBFGS(Optimizer):
                 np.copyto(prev_g, g)
             prev_loss = loss
 
-            # step length
-            if st["n_iter"] == 1:
-                np.abs(g, out=work["tmp"])
-                t = min(1.0, 1.0 / work["tmp"].sum()) * lr
-            else:
-                t = lr
+            t = self._first_step_length(g) if st["n_iter"] == 1 else group["lr"]
             gtd = g.dot(d)
             if gtd > -tol_change:  # not a descent direction (any more)
                 break
-
-            small_grad = False
-            if group["line_search_fn"] == "strong_wolfe":
-                self._save_params(work["x0"])
-                loss, g, t, used = self._strong_wolfe(closure, t, d, loss, g, gtd, max_eval - evals)
-                self._add_to_params(t, d)
-                small_grad = self._abs_max(g) <= tol_grad
-            else:
-                self._add_to_params(t, d)
-                used = 0
-                if done_iters != max_iter:  # the last iteration's loss would go unused
-                    loss = float(self._evaluate(closure))
-                    g = self._gather_grad(g)
-                    small_grad = self._abs_max(g) <= tol_grad
-                    used = 1
+            last = done_iters == max_iter
+            loss, g, t, used = self._move(closure, t, d, loss, g, gtd, max_eval - evals, last)
+            small_grad = used > 0 and self._abs_max(g) <= tol_grad
             evals += used
             st["func_evals"] += used
 
-            if done_iters == max_iter or evals >= max_eval or small_grad:
+            if last or evals >= max_eval or small_grad:
                 break
             np.multiply(d, t, out=work["q"])
             if self._abs_max(work["q"]) <= tol_change:  # the step hardly moves x
@@ -280,17 +231,63 @@ class LBFGS(Optimizer):
             if abs(loss - prev_loss) < tol_change:
                 break
 
-        st.update(
-            d=d,
-            t=t,
-            old_dirs=dirs,
-            old_stps=steps,
-            ro=rho,
-            H_diag=h_diag,
-            prev_flat_grad=prev_g,
-            prev_loss=prev_loss,
-        )
+        st.update(d=d, t=t, old_dirs=dirs, old_stps=steps, ro=rho, H_diag=h_diag)
+        st.update(prev_flat_grad=prev_g, prev_loss=prev_loss)
         return first_loss
+
+    @staticmethod
+    def _check_closure(closure) -> None:
+        if closure is None:
+            raise TypeError(
+                "LBFGS.step needs a closure that zeroes the gradients, computes the loss, "
+                "calls backward() and returns the loss: step(closure)"
+            )
+        if _TRACING.active is not None:
+            raise TraceError(
+                "LBFGS.step cannot be compiled: it re-evaluates its closure a number of times "
+                "that depends on the values; call it outside tg.compile"
+            )
+
+    def _remember(self, g, prev_g, d, t, dirs, steps, rho, h_diag):
+        """Add the last step's pair (gradient change, step) to the history when the curvature
+        is positive; the new scale of the initial inverse Hessian."""
+        group = self.param_groups[0]
+        y, s = self._spare or (np.empty(self._n, self._dtype), np.empty(self._n, self._dtype))
+        self._spare = None
+        np.subtract(g, prev_g, out=y)
+        np.multiply(d, t, out=s)
+        ys = y.dot(s)
+        if ys <= 1e-10:
+            self._spare = (y, s)
+            return h_diag
+        # drop the oldest pair(s): more than one only if history_size was lowered
+        # mid-run (PyTorch then keeps the longer history for good)
+        while len(dirs) >= group["history_size"]:
+            self._spare = (dirs.pop(0), steps.pop(0))
+            rho.pop(0)
+        dirs.append(y)
+        steps.append(s)
+        rho.append(1.0 / ys)
+        return ys / y.dot(y)
+
+    def _first_step_length(self, g) -> float:
+        tmp = self._buffers()["tmp"]
+        np.abs(g, out=tmp)
+        return min(1.0, 1.0 / tmp.sum()) * self.param_groups[0]["lr"]
+
+    def _move(self, closure, t, d, loss, g, gtd, max_ls, last: bool):
+        """Move the parameters along ``d``: by the line search's step, or by ``t`` (then
+        evaluated unless ``last``: its loss would go unused). (loss, gradient, t, evaluations)."""
+        if self.param_groups[0]["line_search_fn"] == "strong_wolfe":
+            self._save_params(self._buffers()["x0"])
+            loss, g, t, used = self._strong_wolfe(closure, t, d, loss, g, gtd, max_ls)
+            self._add_to_params(t, d)
+            return loss, g, t, used
+        self._add_to_params(t, d)
+        if last:
+            return loss, g, t, 0
+        loss = float(self._evaluate(closure))
+        return loss, self._gather_grad(g), t, 1
 
     def _two_loop(self, g, d, dirs, steps, rho, h_diag) -> None:
         """``d = -H g`` by the two-loop recursion over the stored pairs, in place."""
@@ -316,92 +313,11 @@ class LBFGS(Optimizer):
         and then zooming with safeguarded cubic interpolation, in at most ``max_ls`` further
         evaluations. Returns (loss, gradient, t, evaluations); the parameters are left at
         ``x0``. Each trial's gradient goes into a slot no kept value is using."""
-        work = self._buffers()
-        slots, x0 = work["slots"], work["x0"]
-        d_norm = self._abs_max(d)
-
-        def trial(t, *keep):
-            out = next(b for b in slots if not any(b is k for k in keep))
-            self._add_to_params(t, d)
-            try:
-                value = float(self._evaluate(closure))
-                self._gather_grad(out)
-            finally:
-                self._restore_params(x0)
-            return value, out
-
-        f_new, g_new = trial(t, g)
-        evals = 1
-        gtd_new = g_new.dot(d)
-
-        # bracketing: grow t until the interval [t_prev, t] must hold an acceptable point
-        t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
-        done = False
-        it = 0
-        while it < max_ls:
-            if f_new > f + c1 * t * gtd or (it > 1 and f_new >= f_prev):
-                bracket, b_f, b_g, b_gtd = (
-                    [t_prev, t],
-                    [f_prev, f_new],
-                    [g_prev, g_new],
-                    [gtd_prev, gtd_new],
-                )
-                break
-            if abs(gtd_new) <= -c2 * gtd:
-                bracket, b_f, b_g = [t], [f_new], [g_new]
-                done = True
-                break
-            if gtd_new >= 0:
-                bracket, b_f, b_g, b_gtd = (
-                    [t_prev, t],
-                    [f_prev, f_new],
-                    [g_prev, g_new],
-                    [gtd_prev, gtd_new],
-                )
-                break
-            lo, hi = t + 0.01 * (t - t_prev), t * 10
-            t_prev, t = t, _cubic_minimum(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, (lo, hi))
-            f_prev, g_prev, gtd_prev = f_new, g_new, gtd_new
-            f_new, g_new = trial(t, g, g_prev)
-            evals += 1
-            gtd_new = g_new.dot(d)
-            it += 1
-        if it == max_ls:
-            bracket, b_f, b_g = [0, t], [f, f_new], [g, g_new]
-
-        # zoom: shrink the bracket around the point satisfying both conditions
-        stalled = False
-        low, high = (0, 1) if b_f[0] <= b_f[-1] else (1, 0)
-        while not done and it < max_ls:
-            if abs(bracket[1] - bracket[0]) * d_norm < _WOLFE_TOLERANCE:
-                break
-            t = _cubic_minimum(bracket[0], b_f[0], b_gtd[0], bracket[1], b_f[1], b_gtd[1])
-            # keep away from the ends: a trial at an end teaches nothing new
-            top, bottom = max(bracket), min(bracket)
-            margin = 0.1 * (top - bottom)
-            if min(top - t, t - bottom) < margin:
-                if stalled or t >= top or t <= bottom:
-                    t = top - margin if abs(t - top) < abs(t - bottom) else bottom + margin
-                    stalled = False
-                else:
-                    stalled = True
-            else:
-                stalled = False
-            f_new, g_new = trial(t, g, *b_g)
-            evals += 1
-            gtd_new = g_new.dot(d)
-            it += 1
-            if f_new > f + c1 * t * gtd or f_new >= b_f[low]:
-                bracket[high], b_f[high], b_g[high], b_gtd[high] = t, f_new, g_new, gtd_new
-                low, high = (0, 1) if b_f[0] <= b_f[1] else (1, 0)
-            else:
-                if abs(gtd_new) <= -c2 * gtd:
-                    done = True
-                elif gtd_new * (bracket[high] - bracket[low]) >= 0:
-                    bracket[high], b_f[high] = bracket[low], b_f[low]
-                    b_g[high], b_gtd[high] = b_g[low], b_gtd[low]
-                bracket[low], b_f[low], b_g[low], b_gtd[low] = t, f_new, g_new, gtd_new
-        return b_f[low], b_g[low], bracket[low], evals
+        search = _LineSearch(self, closure, d, f, g, gtd, max_ls, c1, c2)
+        found = search.bracket(t)
+        low = search.zoom(*found)
+        bracket, b_f, b_g = found[:3]
+        return b_f[low], b_g[low], bracket[low], search.evals
 
     # -- state dict --------------------------------------------------------------------------------
     # The state lives under parameter 0 (as PyTorch keeps it): the counts ``func_evals`` and
@@ -479,3 +395,90 @@ def _cubic_minimum(x1, f1, g1, x2, f2, g2, bounds=None):
                 x = x1 - (x1 - x2) * ((g1 + d2 - d1) / (g1 - g2 + 2 * d2))
             return min(max(x, lo), hi)
     return (lo + hi) / 2.0
+
+
+class _LineSearch:
+    """The strong Wolfe line search of one L-BFGS iteration (see :meth:`LBFGS._strong_wolfe`):
+    bracketing, then zooming. ``evals`` counts the closure's evaluations, ``it`` the trials
+    after the first."""
+
+    def __init__(self, opt: LBFGS, closure, d, f, g, gtd, max_ls, c1, c2):
+        self.opt, self.closure, self.d = opt, closure, d
+        self.f, self.g, self.gtd, self.max_ls, self.c1, self.c2 = f, g, gtd, max_ls, c1, c2
+        work = opt._buffers()
+        self.slots, self.x0 = work["slots"], work["x0"]
+        self.evals = self.it = 0
+
+    def trial(self, t, *keep):
+        """The loss and gradient (in a slot none of ``keep`` uses) at ``x0 + t d``."""
+        opt = self.opt
+        out = next(b for b in self.slots if not any(b is k for k in keep))
+        opt._add_to_params(t, self.d)
+        try:
+            value = float(opt._evaluate(self.closure))
+            opt._gather_grad(out)
+        finally:
+            opt._restore_params(self.x0)
+        self.evals += 1
+        return value, out
+
+    def bracket(self, t):
+        """Grow ``t`` until the interval [t_prev, t] must hold an acceptable point: (bracket,
+        its losses, gradients, directional derivatives, whether a point already satisfies both
+        conditions)."""
+        f, g, gtd, c1, c2, d = self.f, self.g, self.gtd, self.c1, self.c2, self.d
+        f_new, g_new = self.trial(t, g)
+        gtd_new = g_new.dot(d)
+        t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
+        while self.it < self.max_ls:
+            pair = ([t_prev, t], [f_prev, f_new], [g_prev, g_new], [gtd_prev, gtd_new])
+            if f_new > f + c1 * t * gtd or (self.it > 1 and f_new >= f_prev):
+                return (*pair, False)
+            if abs(gtd_new) <= -c2 * gtd:
+                return [t], [f_new], [g_new], None, True
+            if gtd_new >= 0:
+                return (*pair, False)
+            lo, hi = t + 0.01 * (t - t_prev), t * 10
+            t_prev, t = t, _cubic_minimum(t_prev, f_prev, gtd_prev, t, f_new, gtd_new, (lo, hi))
+            f_prev, g_prev, gtd_prev = f_new, g_new, gtd_new
+            f_new, g_new = self.trial(t, g, g_prev)
+            gtd_new = g_new.dot(d)
+            self.it += 1
+        return [0, t], [f, f_new], [g, g_new], None, False
+
+    def zoom(self, bracket, b_f, b_g, b_gtd, done) -> int:
+        """Shrink the bracket (in place) around a point satisfying both conditions; the index
+        of its best end."""
+        f, g, gtd, c1, c2, d = self.f, self.g, self.gtd, self.c1, self.c2, self.d
+        d_norm = self.opt._abs_max(d)
+        stalled = False
+        low, high = (0, 1) if b_f[0] <= b_f[-1] else (1, 0)
+        while not done and self.it < self.max_ls:
+            if abs(bracket[1] - bracket[0]) * d_norm < _WOLFE_TOLERANCE:
+                break
+            t = _cubic_minimum(bracket[0], b_f[0], b_gtd[0], bracket[1], b_f[1], b_gtd[1])
+            # keep away from the ends: a trial at an end teaches nothing new
+            top, bottom = max(bracket), min(bracket)
+            margin = 0.1 * (top - bottom)
+            if min(top - t, t - bottom) < margin:
+                if stalled or t >= top or t <= bottom:
+                    t = top - margin if abs(t - top) < abs(t - bottom) else bottom + margin
+                    stalled = False
+                else:
+                    stalled = True
+            else:
+                stalled = False
+            f_new, g_new = self.trial(t, g, *b_g)
+            gtd_new = g_new.dot(d)
+            self.it += 1
+            if f_new > f + c1 * t * gtd or f_new >= b_f[low]:
+                bracket[high], b_f[high], b_g[high], b_gtd[high] = t, f_new, g_new, gtd_new
+                low, high = (0, 1) if b_f[0] <= b_f[1] else (1, 0)
+            else:
+                if abs(gtd_new) <= -c2 * gtd:
+                    done = True
+                elif gtd_new * (bracket[high] - bracket[low]) >= 0:
+                    bracket[high], b_f[high] = bracket[low], b_f[low]
+                    b_g[high], b_gtd[high] = b_g[low], b_gtd[low]
+                bracket[low], b_f[low], b_g[low], b_gtd[low] = t, f_new, g_new, gtd_new
+        return low

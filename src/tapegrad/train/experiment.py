@@ -5,7 +5,7 @@ means the same thing everywhere. Besides the named datasets, a ``.npz`` file wit
 ``x_train``, ``y_train``, ``x_test``, ``y_test`` is a dataset: integer labels make a
 classification task (binary for a binary preset with two classes), float targets a regression
 (mean squared error). The preset's architecture is then shaped to the data (inputs, outputs,
-vocabulary); :data:`GENERIC` adds models that exist only for such data.
+vocabulary); :data:`tapegrad.models.GENERIC` adds models that exist only for such data.
 """
 
 from __future__ import annotations
@@ -21,45 +21,13 @@ import numpy as np
 
 from .. import __version__, data, nn, optim
 from ..data import DatasetError, Split
-from ..models import PRESETS, Preset, build_model, get_preset
+from ..models import GENERIC, PRESETS, Preset, build_model, find_preset  # noqa: F401
 from ..safefile import describe_bytes, memory_limit, open_regular
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 DATASETS = ("mnist", "fashion-mnist", "imdb", "imdb-chars")
 SCHEDULERS = ("step", "cosine", "onecycle")
 NPZ_ARRAYS = ("x_train", "y_train", "x_test", "y_test")
-
-
-def _linear(rng, inputs: int = 784, classes: int = 10, **_):
-    return nn.Sequential(nn.Flatten(), nn.Linear(inputs, classes, rng=rng))
-
-
-#: Models for user data only (``--dataset path.npz``), named like presets.
-GENERIC: dict[str, Preset] = {
-    "linear": Preset(
-        "linear",
-        "One Linear layer on the flattened inputs: softmax regression for class labels, "
-        "logistic for two classes with a binary preset, least squares for float targets.",
-        ("npz",),
-        _linear,
-        "multiclass",
-        "adam",
-        1e-2,
-        32,
-        10,
-    ),
-}
-
-
-def find_preset(name: str) -> Preset:
-    """A preset (:data:`tapegrad.models.PRESETS`) or a generic model (:data:`GENERIC`)."""
-    if name in GENERIC:
-        return GENERIC[name]
-    try:
-        return get_preset(name)
-    except ValueError:
-        known = ", ".join([*PRESETS, *GENERIC])
-        raise ValueError(f"unknown preset {name!r}; choose one of: {known}") from None
 
 
 def is_npz(dataset: str | None) -> bool:

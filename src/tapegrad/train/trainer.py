@@ -329,12 +329,7 @@ class Trainer:
         xt, yt = _xy(test) if test is not None else (None, None)
         comm = self.comm
         shard = (comm.rank, comm.size) if comm.distributed else None
-        if hasattr(train, "batches") and hasattr(train, "arrays"):  # draws its own batches
-            x, y = train.arrays()  # (tapegrad.data.CharWindows); x, y: what identifies it
-            batches = train.batches(batch_size, seed=self.seed, shard=shard)
-        else:
-            x, y = _xy(train)
-            batches = Batches(x, y, batch_size, shuffle=True, seed=self.seed, shard=shard)
+        x, y, batches = self._batches(train, batch_size, shard)
         epoch, start, partial = 1, 0, None
         self.records = []
         self._batch_size = batch_size
@@ -343,16 +338,7 @@ class Trainer:
             facts = dict(epochs=epochs, batch_size=batch_size, max_steps=max_steps)
             self._start_distributed(x, y, xt, yt, facts)
         if resume and checkpoint_dir is not None:
-            epoch, start, partial = self._restore(checkpoint_dir)
-            if start >= len(batches):
-                raise CheckpointError(
-                    f"checkpoint in {checkpoint_dir} places the run at batch {start} of an "
-                    f"epoch of {len(batches)} batches: its metadata is not this run's"
-                )
-            if partial is not None and comm.rank != 0:
-                partial = {**partial, "correct": 0}  # the saved count is all ranks': rank 0's
-            if self._sharded is not None:
-                self._sharded.pull_state()
+            epoch, start, partial = self._resume(checkpoint_dir, len(batches))
         self.log(table_header(self.task))
         for r in self.records:
             self.log(table_row(r, self.task))
@@ -362,71 +348,19 @@ class Trainer:
             if max_steps is not None and self.global_step >= max_steps:
                 break
             n = len(batches)
-            sums = dict(
-                partial or {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0, "alloc": []}
+            sums, done, stopped = self._epoch(
+                batches, epoch, start, partial, shard, max_steps, checkpoint_dir
             )
-            will_run = n if max_steps is None else min(n, start + max_steps - self.global_step)
-            self.sampler.start_epoch(will_run, start)
-            bar = self._bar(n, start, epoch)
-            step_index = start
-            stopped = False
-            t0 = time.perf_counter()
-            for step_index, (xb, yb) in enumerate(batches.epoch(epoch, start=start), start):
-                global_size = batches.global_size(step_index)
-                # one rank's part of the global batch; a single process keeps the plain call
-                args = (xb, yb) if shard is None else (xb, yb, global_size)
-                if self.sampler.wants(step_index):
-                    (value, correct), nbytes = traced_step(lambda a=args: self.train_step(*a))
-                    sums["alloc"].append(nbytes)
-                else:
-                    value, correct = self.train_step(*args)
-                if not math.isfinite(value):
-                    bar.close()
-                    where = (
-                        f"; the last good checkpoint is {checkpoint_dir}" if checkpoint_dir else ""
-                    )
-                    raise TrainingDiverged(
-                        f"loss became {value} at epoch {epoch}, step {step_index + 1} "
-                        f"(global step {self.global_step + 1}); nothing was updated with it"
-                        f"{where}. Run the step under tapegrad.detect_anomaly() to find the "
-                        f"first operation that produced a NaN or Inf"
-                    )
-                sums["loss"] += value * global_size
-                sums["correct"] += correct
-                sums["seen"] += global_size
-                self.global_step += 1
-                bar.update(1)
-                if self._stopping() and step_index + 1 < n:
-                    bar.close()
-                    self._interrupted(checkpoint_dir, epoch, step_index + 1, sums, t0)
-                if not bar.disable and step_index % 10 == 0:
-                    elapsed = sums["seconds"] + time.perf_counter() - t0
-                    bar.set_postfix(
-                        loss=f"{sums['loss'] / sums['seen']:.4f}",
-                        samples_s=f"{sums['seen'] / max(elapsed, 1e-9):.0f}",
-                    )
-                if max_steps is not None and self.global_step >= max_steps:
-                    stopped = step_index + 1 < n
-                    break
-            bar.close()
-            sums["seconds"] += time.perf_counter() - t0
             if stopped and checkpoint_dir is not None:
-                self._save(checkpoint_dir, epoch, step_index + 1, sums)
+                self._save(checkpoint_dir, epoch, done, sums)
             record = self._record(
-                epoch,
-                n if not stopped else step_index + 1,
-                sums,
-                first_in_process,
-                xt,
-                yt,
-                eval_batch_size,
+                epoch, n if not stopped else done, sums, first_in_process, xt, yt, eval_batch_size
             )
             first_in_process = False
             self.log(table_row(record, self.task))
-            if stopped:
-                self.records.append(record)
-                break
             self.records.append(record)
+            if stopped:
+                break
             if checkpoint_dir is not None:
                 self._save(checkpoint_dir, epoch + 1, 0, None)
             epoch, start, partial = epoch + 1, 0, None
@@ -441,6 +375,81 @@ class Trainer:
             self._sharded.push_state()  # the caller's optimiser holds the whole state again
         self.log(table_footer(self.records))
         return self.records
+
+    def _batches(self, train, batch_size: int, shard):
+        """(x, y, batches) of the training data: what identifies it, and its batch source."""
+        if hasattr(train, "batches") and hasattr(train, "arrays"):  # draws its own batches
+            x, y = train.arrays()  # (tapegrad.data.CharWindows); x, y: what identifies it
+            return x, y, train.batches(batch_size, seed=self.seed, shard=shard)
+        x, y = _xy(train)
+        return x, y, Batches(x, y, batch_size, shuffle=True, seed=self.seed, shard=shard)
+
+    def _resume(self, checkpoint_dir, n_batches: int):
+        """(epoch, first batch, partial sums) of the newest valid checkpoint, its state loaded."""
+        epoch, start, partial = self._restore(checkpoint_dir)
+        if start >= n_batches:
+            raise CheckpointError(
+                f"checkpoint in {checkpoint_dir} places the run at batch {start} of an "
+                f"epoch of {n_batches} batches: its metadata is not this run's"
+            )
+        if partial is not None and self.comm.rank != 0:
+            partial = {**partial, "correct": 0}  # the saved count is all ranks': rank 0's
+        if self._sharded is not None:
+            self._sharded.pull_state()
+        return epoch, start, partial
+
+    def _epoch(self, batches, epoch, start, partial, shard, max_steps, checkpoint_dir):
+        """Train one epoch from batch ``start``: (its sums, batches done, whether ``max_steps``
+        stopped it before its end). A stop request raises :class:`TrainingInterrupted`."""
+        n = len(batches)
+        sums = dict(partial or {"loss": 0.0, "correct": 0, "seen": 0, "seconds": 0.0, "alloc": []})
+        will_run = n if max_steps is None else min(n, start + max_steps - self.global_step)
+        self.sampler.start_epoch(will_run, start)
+        bar = self._bar(n, start, epoch)
+        step_index = start
+        stopped = False
+        t0 = time.perf_counter()
+        for step_index, (xb, yb) in enumerate(batches.epoch(epoch, start=start), start):
+            global_size = batches.global_size(step_index)
+            # one rank's part of the global batch; a single process keeps the plain call
+            args = (xb, yb) if shard is None else (xb, yb, global_size)
+            if self.sampler.wants(step_index):
+                (value, correct), nbytes = traced_step(lambda a=args: self.train_step(*a))
+                sums["alloc"].append(nbytes)
+            else:
+                value, correct = self.train_step(*args)
+            if not math.isfinite(value):
+                bar.close()
+                raise self._diverged(value, epoch, step_index, checkpoint_dir)
+            sums["loss"] += value * global_size
+            sums["correct"] += correct
+            sums["seen"] += global_size
+            self.global_step += 1
+            bar.update(1)
+            if self._stopping() and step_index + 1 < n:
+                bar.close()
+                self._interrupted(checkpoint_dir, epoch, step_index + 1, sums, t0)
+            if not bar.disable and step_index % 10 == 0:
+                elapsed = sums["seconds"] + time.perf_counter() - t0
+                bar.set_postfix(
+                    loss=f"{sums['loss'] / sums['seen']:.4f}",
+                    samples_s=f"{sums['seen'] / max(elapsed, 1e-9):.0f}",
+                )
+            if max_steps is not None and self.global_step >= max_steps:
+                stopped = step_index + 1 < n
+                break
+        bar.close()
+        sums["seconds"] += time.perf_counter() - t0
+        return sums, (n if not stopped else step_index + 1), stopped
+
+    def _diverged(self, value, epoch: int, step_index: int, checkpoint_dir) -> TrainingDiverged:
+        where = f"; the last good checkpoint is {checkpoint_dir}" if checkpoint_dir else ""
+        return TrainingDiverged(
+            f"loss became {value} at epoch {epoch}, step {step_index + 1} "
+            f"(global step {self.global_step + 1}); nothing was updated with it"
+            f"{where}. Run the step under tapegrad.detect_anomaly() to find the "
+            f"first operation that produced a NaN or Inf"
+        )
 
     def _interrupted(self, checkpoint_dir, epoch: int, batch: int, sums: dict, t0: float):
         sums["seconds"] += time.perf_counter() - t0
