@@ -15,7 +15,6 @@ EXEMPT = {
     "autodiff/tensor.py",
     "autodiff/primitives/indexing.py",
     "autodiff/primitives/conv.py",
-    "nn/_functional/attention.py",
 }
 
 

@@ -169,18 +169,7 @@ def multi_head_attention_forward(
     H = num_heads
     hd = E // H
     dtype = query.dtype
-    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (N, S):
-        raise ShapeError(
-            f"{name}: key_padding_mask must be (N, S) = {(N, S)}, got "
-            f"{tuple(key_padding_mask.shape)}"
-        )
-    if attn_mask is not None:
-        shape = tuple(attn_mask.shape)
-        if shape not in ((L, S), (N * H, L, S)):
-            raise ShapeError(
-                f"{name}: attn_mask must be (L, S) = {(L, S)} or (N * num_heads, L, S) = "
-                f"{(N * H, L, S)}, got {shape}"
-            )
+    _check_masks(name, key_padding_mask, attn_mask, L, N, S, H)
     q = F.linear(query, q_weight, q_bias)
     k = F.linear(key, k_weight, k_bias)
     v = F.linear(value, v_weight, v_bias)
@@ -214,6 +203,21 @@ def multi_head_attention_forward(
         return out, None
     weights = ops.reshape(weights, (N, H, L, S))
     return out, (ops.mean(weights, axis=1) if average_attn_weights else weights)
+
+
+def _check_masks(name: str, key_padding_mask, attn_mask, L: int, N: int, S: int, H: int):
+    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (N, S):
+        raise ShapeError(
+            f"{name}: key_padding_mask must be (N, S) = {(N, S)}, got "
+            f"{tuple(key_padding_mask.shape)}"
+        )
+    if attn_mask is not None:
+        shape = tuple(attn_mask.shape)
+        if shape not in ((L, S), (N * H, L, S)):
+            raise ShapeError(
+                f"{name}: attn_mask must be (L, S) = {(L, S)} or (N * num_heads, L, S) = "
+                f"{(N * H, L, S)}, got {shape}"
+            )
 
 
 def _pad_last(mask, dtype):
