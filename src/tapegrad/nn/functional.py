@@ -281,7 +281,7 @@ def pad(x: ArrayLike, pad, mode: str = "constant", value: float | None = None) -
     """PyTorch's form of ``tg.pad``: ``pad`` lists (before, after) pairs from the last axis
     backwards, ``(left, right)`` for the last axis, ``(left, right, top, bottom)`` for the last
     two; ``mode`` is ``constant`` (with ``value``, 0 by default), ``reflect``, ``replicate`` or
-    ``circular``. Widths must not be negative (slice to crop)."""
+    ``circular``. A negative width crops (constant mode)."""
     x = _t(x)
     pad = tuple(int(p) for p in pad)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
@@ -289,10 +289,16 @@ def pad(x: ArrayLike, pad, mode: str = "constant", value: float | None = None) -
             f"pad: {pad} must be (before, after) pairs for at most the {x.ndim} axes of a "
             f"tensor of shape {x.shape}, the last axis first"
         )
-    if any(p < 0 for p in pad):
-        raise ShapeError(f"pad: negative width in {pad}; slice the tensor to crop it")
     pairs = [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
     width = [(0, 0)] * (x.ndim - len(pairs)) + pairs
+    if any(p < 0 for p in pad):  # a negative width crops, as in PyTorch (constant mode)
+        if mode != "constant":
+            raise ShapeError(f"pad: negative width in {pad} works only in constant mode")
+        crop = tuple(slice(max(-a, 0), n - max(-b, 0)) for (a, b), n in zip(width, x.shape))
+        if any(c.stop <= c.start for c in crop):
+            raise ShapeError(f"pad: {pad} crops a tensor of shape {x.shape} to nothing")
+        x = x[crop]
+        width = [(max(a, 0), max(b, 0)) for a, b in width]
     return ops.pad(x, width, value=0.0 if value is None else value, mode=mode)
 
 
