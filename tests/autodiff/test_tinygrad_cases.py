@@ -138,3 +138,162 @@ def test_advanced_index_dimensions_go_where_pytorch_puts_them(index):
     (y * tg.tensor(w)).sum().backward()
     (yt * torch.tensor(w)).sum().backward()
     np.testing.assert_array_equal(x.grad, xt.grad.numpy())
+
+
+# -- 2. reductions and operations ----------------------------------------------------------------
+_TIES = np.array([[3.0, 1.0, 2.0, 1.0], [1.0, 1.0, 0.0, 2.0], [3.0, 0.0, 2.0, 1.0]])
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort_are_stable_in_both_directions(dim, descending):
+    x, xt = _both(_TIES, requires_grad=True)
+    v, i = x.sort(dim=dim, descending=descending)
+    vt, it = xt.sort(dim=dim, descending=descending, stable=True)
+    _same(v, vt)
+    _same(i, it)
+    _same(tg.sort(x, dim, descending, stable=True)[1], it)
+    _same(x.argsort(dim=dim, descending=descending), it)
+    _same(tg.argsort(x, dim, descending=descending, stable=True), it)
+    w = np.arange(_TIES.size, dtype=float).reshape(_TIES.shape)
+    (v * tg.tensor(w)).sum().backward()
+    (vt * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(x.grad, xt.grad.numpy())
+
+
+@pytest.mark.parametrize("dim", [(0, 1), (1, 2), (0, 2), (-1, 0)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_all_and_any_over_several_dims(dim, keepdim):
+    a = np.arange(24).reshape(2, 3, 4) % 5 != 0
+    x, xt = _both(a)
+    _same(x.all(dim=dim, keepdim=keepdim), xt.all(dim=dim, keepdim=keepdim))
+    _same(x.any(dim=dim, keepdim=keepdim), xt.any(dim=dim, keepdim=keepdim))
+    _same(tg.all(x, dim=dim, keepdim=keepdim), torch.all(xt, dim=dim, keepdim=keepdim))
+    _same(tg.any(~x, dim=dim, keepdim=keepdim), torch.any(~xt, dim=dim, keepdim=keepdim))
+
+
+@pytest.mark.parametrize("dim", [None, 0, (0, 1), -1])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_std_mean_and_var_mean(dim, correction):
+    x, xt = _both(_TIES, requires_grad=True)
+    for ours, theirs in ((tg.std_mean, torch.std_mean), (tg.var_mean, torch.var_mean)):
+        s, m = ours(x, dim, correction=correction, keepdim=True)
+        st, mt = theirs(xt, dim, correction=correction, keepdim=True)
+        _same(s, st, exact=False)
+        _same(m, mt, exact=False)
+        (s + m * 2).sum().backward()
+        (st + mt * 2).sum().backward()
+        np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+        x.grad, xt.grad = None, None
+
+
+def test_softmin_and_normalize():
+    a = np.array([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [3.0, 4.0, -1.0]])
+    x, xt = _both(a, requires_grad=True)
+    w = torch.tensor(np.arange(9.0).reshape(3, 3))
+    outs = [
+        (F.softmin(x, dim=0), torch.nn.functional.softmin(xt, dim=0)),
+        (F.normalize(x, dim=1), torch.nn.functional.normalize(xt, dim=1)),
+        (F.normalize(x, p=1, dim=0), torch.nn.functional.normalize(xt, p=1, dim=0)),
+    ]
+    for y, yt in outs:
+        _same(y, yt, exact=False)
+    sum((y * tg.tensor(w.numpy())).sum() for y, _ in outs).backward()
+    sum((yt * w).sum() for _, yt in outs).backward()
+    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_masked_select_nonzero_and_finite_tests_as_methods():
+    a = np.array([[1.0, np.inf, 0.0], [np.nan, -np.inf, 2.0]])
+    x, xt = _both(a)
+    for name in ("isinf", "isnan", "isfinite"):
+        _same(getattr(x, name)(), getattr(xt, name)())
+        _same(getattr(tg, name)(x), getattr(torch, name)(xt))
+    _same(x.nonzero(), xt.nonzero())
+    for ours, theirs in zip(x.nonzero(as_tuple=True), xt.nonzero(as_tuple=True)):
+        _same(ours, theirs)
+    m, mt = _both(np.array([[True, False, True], [False, True, True]]))
+    _same(x.masked_select(m), xt.masked_select(mt))
+    v, vt = _both(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    (v.masked_select(m) * tg.tensor(np.arange(4.0))).sum().backward()
+    (torch.masked_select(vt, mt) * torch.arange(4.0, dtype=torch.float64)).sum().backward()
+    np.testing.assert_array_equal(v.grad, vt.grad.numpy())
+
+
+@pytest.mark.parametrize(
+    "spec, shapes",
+    [
+        ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+        ("i...,i...->...", [(2, 3, 4), (2, 3, 4)]),
+        ("...i,...i->...", [(3, 1, 4), (2, 4)]),
+        ("b...d,bd->b...", [(2, 3, 4), (2, 4)]),
+    ],
+)
+def test_einsum_with_ellipsis_on_both_sides(spec, shapes):
+    rng = np.random.default_rng(0)
+    pairs = [_both(rng.standard_normal(s), requires_grad=True) for s in shapes]
+    y = tg.einsum(spec, *[p[0] for p in pairs])
+    yt = torch.einsum(spec, *[p[1] for p in pairs])
+    _same(y, yt, exact=False)
+    y.sum().backward()
+    yt.sum().backward()
+    for ours, theirs in pairs:
+        np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("bool_mask", [True, False])
+def test_attention_with_both_a_mask_and_is_causal_applies_both(bool_mask):
+    rng = np.random.default_rng(1)
+    q, qt = _both(rng.standard_normal((1, 2, 3, 4)), requires_grad=True)
+    k, kt = _both(rng.standard_normal((1, 2, 5, 4)))
+    if bool_mask:
+        mask = np.array([[0, 1, 1, 1, 1], [1, 0, 1, 1, 1], [1, 1, 1, 0, 1]], bool)
+    else:
+        mask = rng.standard_normal((3, 5))
+    m, mt = _both(mask)
+    y = F.scaled_dot_product_attention(q, k, k, attn_mask=m, is_causal=True)
+    yt = torch.nn.functional.scaled_dot_product_attention(qt, kt, kt, attn_mask=mt, is_causal=True)
+    _same(y, yt, exact=False)
+    y.sum().backward()
+    yt.sum().backward()
+    np.testing.assert_allclose(q.grad, qt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_pooling_and_interpolate_of_integer_tensors(dtype):
+    a = (np.arange(2 * 5 * 6) * 7 % 11 - (5 if dtype != "uint8" else 0)).reshape(1, 2, 5, 6)
+    x, xt = _both(a.astype(dtype))
+    tf = torch.nn.functional
+    for kw in ({}, {"stride": 1}, {"padding": 1}, {"ceil_mode": True}):
+        _same(F.max_pool2d(x, 2, **kw), tf.max_pool2d(xt, 2, **kw))
+        k = 3 if kw.get("padding") else 2
+        if dtype == "int64":  # PyTorch averages int64 only
+            _same(F.avg_pool2d(x, k, **kw), tf.avg_pool2d(xt, k, **kw))
+            _same(F.avg_pool1d(x[0], k, **kw), tf.avg_pool1d(xt[0], k, **kw))
+        else:
+            with pytest.raises(NotImplementedError):
+                tf.avg_pool2d(xt, k, **kw)
+            with pytest.raises(NotImplementedError, match="avg_pool2d"):
+                F.avg_pool2d(x, k, **kw)
+    v, i = F.max_pool2d(x, 2, return_indices=True)
+    vt, it = tf.max_pool2d(xt, 2, return_indices=True)
+    _same(v, vt)
+    _same(i, it)
+    if dtype == "uint8":  # PyTorch's nearest resizing of images
+        for mode in ("nearest", "nearest-exact"):
+            _same(
+                F.interpolate(x, scale_factor=2, mode=mode),
+                tf.interpolate(xt, scale_factor=2, mode=mode),
+            )
+            _same(F.interpolate(x[0], size=9, mode=mode), tf.interpolate(xt[0], size=9, mode=mode))
+    calls = [lambda f, t: f.max_pool1d(t[0], 2)]
+    if dtype != "uint8":
+        calls += [
+            lambda f, t: f.interpolate(t, scale_factor=2),
+            lambda f, t: f.interpolate(t, scale_factor=2, mode="bilinear"),
+        ]
+    for call in calls:
+        with pytest.raises(NotImplementedError):
+            call(tf, xt)
+        with pytest.raises(NotImplementedError, match="floating point"):
+            call(F, x)

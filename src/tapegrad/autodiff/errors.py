@@ -27,3 +27,8 @@ class TraceError(RuntimeError):
 class ArgumentError(ValueError, RuntimeError):
     """Arguments that make no call (``clamp(x)`` with neither bound). Also a ``RuntimeError``,
     the class PyTorch raises for these."""
+
+
+class DTypeNotImplemented(DTypeError, NotImplementedError):
+    """An operation PyTorch too has no kernel for at this dtype (interpolating integers).
+    Also a ``NotImplementedError``, the class PyTorch raises."""

@@ -251,6 +251,10 @@ def max_pool1d(
 ):
     """Max over windows along L of ``x (N, C, L)``; ``stride`` defaults to ``kernel_size``;
     -inf padding, dilation, ceil_mode and return_indices as PyTorch."""
+    if _t(x).dtype.kind in "iu":  # as in PyTorch, which has max_pool2d for integers only
+        from ..autodiff.errors import DTypeNotImplemented
+
+        raise DTypeNotImplemented(f"max_pool1d: input must be floating point, got {_t(x).dtype}")
     return ops.max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
@@ -263,7 +267,22 @@ def max_pool2d(
     ceil_mode=False,
     return_indices=False,
 ):
-    """Max over windows of ``x (N, C, H, W)``; ``stride`` defaults to ``kernel_size``."""
+    """Max over windows of ``x (N, C, H, W)``; ``stride`` defaults to ``kernel_size``. An
+    integer ``x`` gives an integer result (no gradient), exact up to 2**53 as PyTorch's."""
+    x = _t(x)
+    if x.dtype.kind in "iu":
+        out = ops.max_pool2d(
+            x.detach().astype(np.float64),
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            return_indices,
+        )
+        if return_indices:
+            return Tensor(out[0].data.astype(x.dtype)), out[1]
+        return Tensor(out.data.astype(x.dtype))
     return ops.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 

@@ -318,8 +318,20 @@ def std(
     return sqrt(var(x, axis, correction, keepdims, unbiased=unbiased))
 
 
-def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """``(std, mean)`` over ``axis``."""
+def std_mean(
+    x,
+    axis=None,
+    correction: int = 1,
+    keepdims: bool = False,
+    *,
+    dim=None,
+    keepdim=None,
+    unbiased=None,
+):
+    """``(std, mean)`` over ``axis`` (PyTorch's ``dim``, ``keepdim``, ``unbiased`` too)."""
+    axis, keepdims = pick_axis("std_mean", axis, keepdims, dim, keepdim)
+    if unbiased is not None:
+        correction = int(bool(unbiased))
     return std(x, axis, correction, keepdims), mean(x, axis, keepdims)
 
 

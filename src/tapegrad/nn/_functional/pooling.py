@@ -83,6 +83,14 @@ def _sum_windows(x: Tensor, mats: list[np.ndarray]) -> Tensor:
 
 def _avg_pool(op, x, d, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor):
     x = _t(x)
+    if x.dtype.kind in "iu":  # PyTorch's integer mean: the float one truncated toward zero
+        if x.dtype != np.int64:  # PyTorch averages int64 only
+            from ...autodiff.errors import DTypeNotImplemented
+
+            raise DTypeNotImplemented(f"{op}: integers must be int64, got {x.dtype}")
+        args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
+        out = _avg_pool(op, x.detach().astype(np.float64), d, *args)
+        return Tensor(np.trunc(out.data).astype(x.dtype))
     _check_input(op, x, d)
     k = _tuple(op, "kernel_size", kernel_size, d, 1)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else None
@@ -282,8 +290,10 @@ def interpolate(
     if x.ndim - 2 not in (1, 2) or x.ndim - 2 != d:
         want = {1: "3-D (N, C, L)", 2: "4-D (N, C, H, W)"}.get(_MODES[mode], "3-D or 4-D")
         raise ShapeError(f"{op}: mode {mode!r} takes {want} input, got shape {x.shape}")
-    if x.dtype.kind != "f":
-        raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
+    if x.dtype.kind != "f" and not (x.dtype == np.uint8 and _MODES[mode] is None):
+        from ...autodiff.errors import DTypeNotImplemented  # PyTorch: nearest of uint8 only
+
+        raise DTypeNotImplemented(f"{op}: input must be floating point, got dtype {x.dtype}")
     if _MODES[mode] is None and align_corners is not None:
         raise ValueError(f"{op}: align_corners applies to the linear modes only, not {mode!r}")
     sizes = x.shape[2:]
