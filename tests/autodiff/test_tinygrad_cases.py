@@ -297,3 +297,151 @@ def test_pooling_and_interpolate_of_integer_tensors(dtype):
             call(tf, xt)
         with pytest.raises(NotImplementedError, match="floating point"):
             call(F, x)
+
+
+# -- 3. 3-D convolution, pooling and interpolation -----------------------------------------------
+def _grads_match(ours, theirs, y, yt, seed=0):
+    """Backpropagate the same random output gradient through both and compare."""
+    g = np.random.default_rng(seed).standard_normal(tuple(yt.shape))
+    assert y.shape == tuple(yt.shape)
+    np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-12)
+    (y * tg.tensor(g)).sum().backward()
+    (yt * torch.tensor(g)).sum().backward()
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad, b.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"stride": 2, "padding": 1},
+        {"stride": (1, 2, 1), "padding": (1, 0, 1), "dilation": (2, 1, 1)},
+        {"padding": "same"},
+        {"groups": 2},
+    ],
+)
+def test_conv3d(kw):
+    rng = np.random.default_rng(0)
+    arrays = (
+        rng.standard_normal((2, 4, 5, 4, 5)),
+        rng.standard_normal((6, 4 // kw.get("groups", 1), 3, 2, 3)),
+        rng.standard_normal(6),
+    )
+    ours = [tg.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    _grads_match(ours, theirs, F.conv3d(*ours, **kw), torch.nn.functional.conv3d(*theirs, **kw))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"stride": 2, "padding": 1},
+        {
+            "stride": (2, 1, 3),
+            "padding": (1, 0, 1),
+            "output_padding": (1, 0, 2),
+            "dilation": (1, 2, 1),
+        },
+        {"groups": 2, "stride": (3, 1, 1), "output_padding": (2, 0, 0)},
+    ],
+)
+def test_conv_transpose3d(kw):
+    rng = np.random.default_rng(1)
+    arrays = (
+        rng.standard_normal((2, 4, 3, 4, 3)),
+        rng.standard_normal((4, 6 // kw.get("groups", 1), 3, 2, 3)),
+        rng.standard_normal(6),
+    )
+    ours = [tg.tensor(a, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    y = F.conv_transpose3d(*ours, **kw)
+    _grads_match(ours, theirs, y, torch.nn.functional.conv_transpose3d(*theirs, **kw))
+
+
+@pytest.mark.parametrize(
+    "k, kw",
+    [
+        (2, {}),
+        (3, {"stride": 1, "padding": 1}),
+        (3, {"stride": (1, 2, 1), "padding": (1, 0, 1), "dilation": (2, 1, 1), "ceil_mode": True}),
+    ],
+)
+def test_max_pool3d_and_avg_pool3d(k, kw):
+    # rounded values: many ties, which must go to the same (first) maximum as PyTorch's
+    a = np.round(np.random.default_rng(2).standard_normal((2, 3, 5, 6, 5)))
+    x, xt = _both(a, requires_grad=True)
+    y, i = F.max_pool3d(x, k, **kw, return_indices=True)
+    yt, it = torch.nn.functional.max_pool3d(xt, k, **kw, return_indices=True)
+    _same(i, it)
+    _grads_match([x], [xt], y, yt)
+    x.grad, xt.grad = None, None
+    kw = {key: v for key, v in kw.items() if key != "dilation"}
+    _grads_match([x], [xt], F.avg_pool3d(x, k, **kw), torch.nn.functional.avg_pool3d(xt, k, **kw))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"scale_factor": 2, "mode": "trilinear"},
+        {"size": (4, 3, 7), "mode": "trilinear", "align_corners": True},
+        {"scale_factor": (2, 1, 3), "mode": "nearest"},
+        {"size": (5, 5, 5), "mode": "nearest-exact"},
+    ],
+)
+def test_interpolate_of_volumes(kw):
+    x, xt = _both(np.random.default_rng(3).standard_normal((1, 2, 3, 4, 5)), requires_grad=True)
+    _grads_match([x], [xt], F.interpolate(x, **kw), torch.nn.functional.interpolate(xt, **kw))
+
+
+def test_3d_modules_match_pytorch_from_the_same_weights():
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(
+        torch.nn.Conv3d(2, 4, 3, padding=1),
+        torch.nn.MaxPool3d(2),
+        torch.nn.ConvTranspose3d(4, 3, 2, stride=2),
+        torch.nn.AvgPool3d(2, stride=1),
+    ).double()
+    ours = tg.nn.Sequential(
+        tg.nn.Conv3d(2, 4, 3, padding=1),
+        tg.nn.MaxPool3d(2),
+        tg.nn.ConvTranspose3d(4, 3, 2, stride=2),
+        tg.nn.AvgPool3d(2, stride=1),
+    )
+    for (_, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert p.shape == tuple(q.shape)
+        p.data = q.detach().numpy().copy()
+    a = np.random.default_rng(4).standard_normal((2, 2, 4, 4, 4))
+    x, xt = _both(a, requires_grad=True)
+    _grads_match([x, *ours.parameters()], [xt, *theirs.parameters()], ours(x), theirs(xt))
+
+
+def test_3d_layers_compiled_equal_eager_bit_for_bit():
+    model = tg.nn.Sequential(tg.nn.Conv3d(1, 2, 2), tg.nn.MaxPool3d(2, return_indices=False))
+
+    def step(x):
+        for p in model.parameters():
+            p.grad = None
+        loss = (model(x) ** 2).sum()
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(step)
+    for seed in range(3):
+        x = tg.tensor(np.random.default_rng(seed).standard_normal((2, 1, 5, 5, 5), np.float32))
+        eager = step(x).item(), [p.grad.copy() for p in model.parameters()]
+        replay = compiled(x).item(), [p.grad.copy() for p in model.parameters()]
+        assert eager[0] == replay[0]
+        for a, b in zip(eager[1], replay[1]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_3d_convolution_names_itself_in_errors():
+    x = tg.tensor(np.zeros((1, 2, 3, 3, 3)))
+    with pytest.raises(TypeError, match="conv3d: input float64 and weight float32"):
+        F.conv3d(x, tg.tensor(np.zeros((1, 2, 1, 1, 1), np.float32)))
+    with pytest.raises(ValueError, match="conv3d: input .* has 2 channels"):
+        F.conv3d(x, tg.tensor(np.zeros((1, 3, 1, 1, 1))))
+    with pytest.raises(ValueError, match="max_pool3d: input must be"):
+        F.max_pool3d(x[0, 0], 2)

@@ -533,6 +533,7 @@ from ._functional.attention import (  # noqa: E402
     multi_head_attention_forward,
     scaled_dot_product_attention,
 )
+from ._functional.conv3d import conv3d, conv_transpose3d, max_pool3d  # noqa: E402
 from ._functional.losses import (  # noqa: E402
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -559,6 +560,7 @@ from ._functional.pooling import (  # noqa: E402
     adaptive_avg_pool2d,
     avg_pool1d,
     avg_pool2d,
+    avg_pool3d,
     interpolate,
 )
 
@@ -607,6 +609,10 @@ __all__ = [
     "group_norm",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
+    "conv3d",
+    "conv_transpose3d",
+    "max_pool3d",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "interpolate",
