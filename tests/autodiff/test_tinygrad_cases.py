@@ -445,3 +445,39 @@ def test_3d_convolution_names_itself_in_errors():
         F.conv3d(x, tg.tensor(np.zeros((1, 3, 1, 1, 1))))
     with pytest.raises(ValueError, match="max_pool3d: input must be"):
         F.max_pool3d(x[0, 0], 2)
+
+
+# -- 4. bitcast: Tensor.view(dtype) --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "src, dst",
+    [
+        ("float32", "int32"),
+        ("float32", "int16"),
+        ("float32", "float64"),
+        ("float32", "uint8"),
+        ("int64", "float64"),
+        ("uint8", "float32"),
+        ("int16", "uint8"),
+    ],
+)
+def test_view_dtype_reads_the_same_bytes(src, dst):
+    a = (np.arange(-8, 8).reshape(2, 8) * 1.37).astype(src)
+    x, xt = _both(a)
+    _same(x.view(getattr(tg, dst)), xt.view(getattr(torch, dst)))
+    _same(x.bitcast(getattr(tg, dst)), xt.view(getattr(torch, dst)))
+
+
+def test_view_dtype_errors_where_pytorch_raises():
+    cases = [
+        (tg.ones(3), torch.ones(3), "float64"),  # 3 float32 do not make whole float64s
+        (tg.ones((3, 4)).T, torch.ones(3, 4).t(), "int16"),  # the last axis is not contiguous
+        (tg.tensor(np.float32(1.0)), torch.tensor(1.0), "int16"),  # 0-d: no item size change
+    ]
+    for ours, theirs, dst in cases:
+        assert ours.shape == tuple(theirs.shape) and ours.dtype == np.float32
+        with pytest.raises(RuntimeError):
+            theirs.view(getattr(torch, dst))
+        with pytest.raises(RuntimeError, match="bitcast: cannot view"):
+            ours.view(getattr(tg, dst))
+    x = tg.tensor(np.float32(1.5))
+    assert x.view(tg.int32).item() == torch.tensor(1.5).view(torch.int32).item()

@@ -402,7 +402,12 @@ class Tensor:
         return self.data.ndim
 
     def view(self, *shape):
-        """``reshape`` (tapegrad reshapes into a view whenever NumPy can)."""
+        """``reshape`` (tapegrad reshapes into a view whenever NumPy can); ``view(dtype)``:
+        the same bytes read as ``dtype`` (not differentiable), as PyTorch's."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, tuple, list)):
+            from .primitives.integer import bitcast
+
+            return bitcast(self, shape[0])
         return self.reshape(*shape)
 
     def view_as(self, other):
