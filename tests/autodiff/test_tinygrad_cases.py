@@ -114,6 +114,16 @@ def test_negative_padding_crops(pad):
     np.testing.assert_array_equal(x.grad, xt.grad.numpy())
 
 
+@pytest.mark.parametrize("padding", [(-1, 0), (1, -1)])
+def test_negative_conv_padding_raises_as_in_pytorch(padding):
+    x, xt = _both(np.ones((1, 1, 5, 5)))
+    w, wt = _both(np.ones((1, 1, 2, 2)))
+    with pytest.raises(RuntimeError, match="negative padding"):
+        torch.nn.functional.conv2d(xt, wt, padding=padding)
+    with pytest.raises(RuntimeError, match="padding must be >= 0"):
+        F.conv2d(x, w, padding=padding)
+
+
 @pytest.mark.parametrize(
     "index",
     [
