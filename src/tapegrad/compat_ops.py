@@ -225,6 +225,11 @@ def sort(input, dim: int = -1, descending: bool = False, stable: bool = False, *
     return ops.sort(input, _dim("sort", dim, axis), descending)
 
 
+def argsort(input, dim: int = -1, descending: bool = False, stable: bool = False, *, axis=None):  # noqa: A002
+    """The indices that sort ``input`` along ``dim`` (int64; ties keep their order either way)."""
+    return ops.argsort(input, _dim("argsort", dim, axis), descending)
+
+
 def topk(input, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, axis=None):  # noqa: A002
     """``(values, indices)`` of the ``k`` largest (or smallest) entries along ``dim``."""
     return ops.topk(input, k, _dim("topk", dim, axis), largest, sorted)
@@ -410,5 +415,5 @@ __all__ = [
     "count_nonzero", "logit", "var_mean", "allclose", "bernoulli", "normal", "narrow", "t",
     "sort", "topk", "cumsum", "cumprod", "prod", "flip", "where", "addmm", "baddbmm", "trace",
     "cdist", "kron", "tril_indices", "triu_indices", "median", "quantile", "unique",
-    "bincount",
+    "bincount", "argsort",
 ]  # fmt: skip

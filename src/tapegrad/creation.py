@@ -88,7 +88,10 @@ def linspace(
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
     if num < 0:
         raise ValueError(f"linspace: num must be >= 0, got {num}")
-    values = np.linspace(start, stop, int(num), dtype=float_dtype(dtype))
+    dtype = float_dtype(dtype)
+    values = np.linspace(start, stop, int(num), dtype=np.float64 if dtype.kind in "iu" else dtype)
+    if dtype.kind in "iu":  # computed in float, then truncated toward zero, as PyTorch does
+        values = values.astype(dtype)
     return Tensor(values, requires_grad=requires_grad)
 
 

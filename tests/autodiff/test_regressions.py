@@ -36,12 +36,11 @@ def test_integer_comparisons_stay_exact():
     np.testing.assert_array_equal((big == np.int64(2**40)).data, [True, False])
 
 
-# 2., 3. x ** y at the edges: PyTorch's values where it has them, 0 for d/dy where x <= 0
+# 2., 3. x ** y at the edges: PyTorch's values (d/dy is 0 at x == 0, y >= 0; log's elsewhere)
 @pytest.mark.parametrize(
-    "x, y, dy_expected",
-    [(0.0, 0.0, 0.0), (0.0, 2.0, 0.0), (2.0, 3.0, None), (0.0, -1.0, 0.0), (-2.0, 0.5, 0.0)],
+    "x, y", [(0.0, 0.0), (0.0, 2.0), (2.0, 3.0), (0.0, -1.0), (-2.0, 0.5), (-2.0, 2.0)]
 )
-def test_power_gradients_at_zero_and_negative_bases(x, y, dy_expected):
+def test_power_gradients_at_zero_and_negative_bases(x, y):
     tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     ty = torch.tensor(y, dtype=torch.float64, requires_grad=True)
     (tx**ty).backward()
@@ -50,8 +49,7 @@ def test_power_gradients_at_zero_and_negative_bases(x, y, dy_expected):
     with np.errstate(divide="ignore", invalid="ignore"):
         (gx**gy).backward()
     np.testing.assert_equal(gx.grad, tx.grad.item())  # nan == nan, inf == inf
-    expected = ty.grad.item() if dy_expected is None else dy_expected
-    np.testing.assert_equal(gy.grad, expected)
+    np.testing.assert_equal(gy.grad, ty.grad.item())
 
 
 def test_power_gradient_compiled_equals_eager_at_zero():
@@ -88,7 +86,7 @@ def test_squeeze_and_softmax_of_a_0d_tensor():
     x = tg.tensor(np.float32(3.0))
     assert x.squeeze(0).shape == () and x.squeeze(-1).item() == 3.0
     assert tg.softmax(x, axis=0).item() == 1.0 and tg.log_softmax(x, axis=0).item() == 0.0
-    with pytest.raises(ValueError, match="axis 1 is out of range"):
+    with pytest.raises(IndexError, match="sum: dimension 1 is out of range"):
         x.sum(axis=1)
 
 

@@ -204,17 +204,17 @@ def test_compiled_scans_and_sorts_equal_eager():
 
 def test_errors_name_the_operation_and_shapes():
     x = tg.tensor(X)
-    with pytest.raises(tg.ShapeError, match=r"cumsum: axis 3 is out of range.*\(3, 4, 5\)"):
+    with pytest.raises(tg.ShapeError, match=r"cumsum: dimension 3 is out of range.*\(3, 4, 5\)"):
         tg.cumsum(x, 3)
     with pytest.raises(tg.ShapeError, match="cumprod: takes one axis"):
         tg.cumprod(x, (0, 1))
     with pytest.raises(tg.ShapeError, match=r"topk: k=6 is out of range for axis -1 of size 5"):
         tg.topk(x, 6)
-    with pytest.raises(tg.ShapeError, match="sort: axis -4 is out of range"):
+    with pytest.raises(tg.ShapeError, match="sort: dimension -4 is out of range"):
         tg.sort(x, -4)
     with pytest.raises(tg.DTypeError, match="logcumsumexp: needs a float tensor"):
         tg.logcumsumexp(tg.tensor(np.arange(3)), 0)
-    with pytest.raises(tg.ShapeError, match="prod: axis 5 is out of range"):
+    with pytest.raises(tg.ShapeError, match="prod: dimension 5 is out of range"):
         tg.prod(x, 5)
 
 

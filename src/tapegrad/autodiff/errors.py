@@ -22,3 +22,13 @@ class GraphError(RuntimeError):
 
 class TraceError(RuntimeError):
     """Something in a traced function cannot be replayed faithfully (``tapegrad.compile``)."""
+
+
+class ArgumentError(ValueError, RuntimeError):
+    """Arguments that make no call (``clamp(x)`` with neither bound). Also a ``RuntimeError``,
+    the class PyTorch raises for these."""
+
+
+class DTypeNotImplemented(DTypeError, NotImplementedError):
+    """An operation PyTorch too has no kernel for at this dtype (interpolating integers).
+    Also a ``NotImplementedError``, the class PyTorch raises."""

@@ -334,5 +334,7 @@ def copy_(x: Tensor, src) -> Tensor:
 
 def clamp_(x: Tensor, min=None, max=None) -> Tensor:  # noqa: A002 - PyTorch's names
     if min is None and max is None:
-        raise ValueError("clamp_: give at least one of min and max")
+        from .errors import ArgumentError
+
+        raise ArgumentError("clamp_: give at least one of min and max")
     return inplace(x, "clamp_", lambda t: clip(t, min, max))

@@ -402,7 +402,12 @@ class Tensor:
         return self.data.ndim
 
     def view(self, *shape):
-        """``reshape`` (tapegrad reshapes into a view whenever NumPy can)."""
+        """``reshape`` (tapegrad reshapes into a view whenever NumPy can); ``view(dtype)``:
+        the same bytes read as ``dtype`` (not differentiable), as PyTorch's."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, tuple, list)):
+            from .primitives.integer import bitcast
+
+            return bitcast(self, shape[0])
         return self.reshape(*shape)
 
     def view_as(self, other):
@@ -482,10 +487,10 @@ class Tensor:
     def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         return _ops.prod(self, *_axis_args("prod", axis, keepdims, dim, keepdim))
 
-    def sort(self, axis=-1, descending=False, *, dim=None):
+    def sort(self, axis=-1, descending=False, *, dim=None, stable=False):  # always stable
         return _ops.sort(self, _axis_args("sort", axis, False, dim, None, -1)[0], descending)
 
-    def argsort(self, axis=-1, descending=False, *, dim=None):
+    def argsort(self, axis=-1, descending=False, *, dim=None, stable=False):  # always stable
         return _ops.argsort(self, _axis_args("argsort", axis, False, dim, None, -1)[0], descending)
 
     def topk(self, k, axis=-1, largest=True, sorted=True, *, dim=None):  # noqa: A002

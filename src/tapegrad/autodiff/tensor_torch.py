@@ -231,9 +231,16 @@ _METHODS = {
 }
 
 
+def bitcast(self, dtype) -> Tensor:
+    """tinygrad's name for PyTorch's ``x.view(dtype)``: the same bytes read as ``dtype``."""
+    from .primitives.integer import bitcast as _bitcast
+
+    return _bitcast(self, dtype)
+
+
 def attach() -> None:
     """Put the methods above on :class:`Tensor` (those it does not define itself)."""
-    methods = dict(_METHODS, fill_diagonal_=fill_diagonal_)
+    methods = dict(_METHODS, fill_diagonal_=fill_diagonal_, bitcast=bitcast)
     methods.update(grad_fn=property(_grad_fn), is_cuda=property(_is_cuda))
     methods.update({name: _function_method(name) for name in _FUNCTION_METHODS})
     methods.update({name + "_": _inplace_method(name) for name in _INPLACE_METHODS})

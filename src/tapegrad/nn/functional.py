@@ -251,6 +251,10 @@ def max_pool1d(
 ):
     """Max over windows along L of ``x (N, C, L)``; ``stride`` defaults to ``kernel_size``;
     -inf padding, dilation, ceil_mode and return_indices as PyTorch."""
+    if _t(x).dtype.kind in "iu":  # as in PyTorch, which has max_pool2d for integers only
+        from ..autodiff.errors import DTypeNotImplemented
+
+        raise DTypeNotImplemented(f"max_pool1d: input must be floating point, got {_t(x).dtype}")
     return ops.max_pool1d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
@@ -263,7 +267,22 @@ def max_pool2d(
     ceil_mode=False,
     return_indices=False,
 ):
-    """Max over windows of ``x (N, C, H, W)``; ``stride`` defaults to ``kernel_size``."""
+    """Max over windows of ``x (N, C, H, W)``; ``stride`` defaults to ``kernel_size``. An
+    integer ``x`` gives an integer result (no gradient), exact up to 2**53 as PyTorch's."""
+    x = _t(x)
+    if x.dtype.kind in "iu":
+        out = ops.max_pool2d(
+            x.detach().astype(np.float64),
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            return_indices,
+        )
+        if return_indices:
+            return Tensor(out[0].data.astype(x.dtype)), out[1]
+        return Tensor(out.data.astype(x.dtype))
     return ops.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
@@ -281,7 +300,7 @@ def pad(x: ArrayLike, pad, mode: str = "constant", value: float | None = None) -
     """PyTorch's form of ``tg.pad``: ``pad`` lists (before, after) pairs from the last axis
     backwards, ``(left, right)`` for the last axis, ``(left, right, top, bottom)`` for the last
     two; ``mode`` is ``constant`` (with ``value``, 0 by default), ``reflect``, ``replicate`` or
-    ``circular``. Widths must not be negative (slice to crop)."""
+    ``circular``. A negative width crops (constant mode)."""
     x = _t(x)
     pad = tuple(int(p) for p in pad)
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
@@ -289,10 +308,16 @@ def pad(x: ArrayLike, pad, mode: str = "constant", value: float | None = None) -
             f"pad: {pad} must be (before, after) pairs for at most the {x.ndim} axes of a "
             f"tensor of shape {x.shape}, the last axis first"
         )
-    if any(p < 0 for p in pad):
-        raise ShapeError(f"pad: negative width in {pad}; slice the tensor to crop it")
     pairs = [(pad[i], pad[i + 1]) for i in range(len(pad) - 2, -1, -2)]
     width = [(0, 0)] * (x.ndim - len(pairs)) + pairs
+    if any(p < 0 for p in pad):  # a negative width crops, as in PyTorch (constant mode)
+        if mode != "constant":
+            raise ShapeError(f"pad: negative width in {pad} works only in constant mode")
+        crop = tuple(slice(max(-a, 0), n - max(-b, 0)) for (a, b), n in zip(width, x.shape))
+        if any(c.stop <= c.start for c in crop):
+            raise ShapeError(f"pad: {pad} crops a tensor of shape {x.shape} to nothing")
+        x = x[crop]
+        width = [(max(a, 0), max(b, 0)) for a, b in width]
     return ops.pad(x, width, value=0.0 if value is None else value, mode=mode)
 
 
@@ -508,6 +533,7 @@ from ._functional.attention import (  # noqa: E402
     multi_head_attention_forward,
     scaled_dot_product_attention,
 )
+from ._functional.conv3d import conv3d, conv_transpose3d, max_pool3d  # noqa: E402
 from ._functional.losses import (  # noqa: E402
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -534,6 +560,7 @@ from ._functional.pooling import (  # noqa: E402
     adaptive_avg_pool2d,
     avg_pool1d,
     avg_pool2d,
+    avg_pool3d,
     interpolate,
 )
 
@@ -582,6 +609,10 @@ __all__ = [
     "group_norm",
     "avg_pool1d",
     "avg_pool2d",
+    "avg_pool3d",
+    "conv3d",
+    "conv_transpose3d",
+    "max_pool3d",
     "adaptive_avg_pool1d",
     "adaptive_avg_pool2d",
     "interpolate",

@@ -26,7 +26,9 @@ def dtype_of(x) -> np.dtype:
 def axes_of(op: str, axis, shape: tuple) -> tuple[int, ...]:
     """``normalize_axis`` whose error names the operation and the input shape."""
     try:
-        return normalize_axis(axis, len(shape))
+        return normalize_axis(axis, len(shape), op)
+    except IndexError as e:
+        raise type(e)(f"{e} (input shape {shape})") from None
     except (ValueError, TypeError) as e:
         raise ShapeError(f"{op}: {e} (input shape {shape})") from None
 

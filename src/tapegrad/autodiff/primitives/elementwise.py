@@ -122,11 +122,10 @@ def _pow_dx(g, out, x, y):
 
 
 def _pow_dy(g, out, x, y):
-    # g * out * log(x) where x > 0, and 0 elsewhere whatever out is there (inf for 0 ** -1, nan
-    # for (-2) ** 0.5): the mask comes after the product
-    positive = x > 0
-    with np.errstate(invalid="ignore"):
-        return run(where, positive, g * out * run(log, run(where, positive, x, 1)), 0)
+    # PyTorch's rule: g * out * log(x), except 0 where x == 0 and y >= 0 (so 0 ** 0 and 0 ** 2
+    # give 0, 0 ** -1 gives -inf, a negative base gives nan as log does)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return run(where, (x == 0) & (y >= 0), 0, g * out * run(log, x))
 
 
 power = primitive(
@@ -136,7 +135,7 @@ power = primitive(
     reference=lambda x, y: np.exp(y * np.log(x)),
     samples=S.binary(0.5, 2.0, -2.0, 2.0),
     broadcasting=True,
-    doc="x ** y, broadcasting. The gradient with respect to y is taken where x > 0 (0 elsewhere).",
+    doc="x ** y, broadcasting. d/dy is out * log(x), 0 where x == 0 and y >= 0 (PyTorch's rule).",
 )
 maximum = primitive(
     "maximum",
@@ -498,7 +497,9 @@ _clip = primitive(
 def clip(x, lo=None, hi=None):
     """Clip ``x`` to [lo, hi] (either bound may be None); gradient 1 inside, 0 outside."""
     if lo is None and hi is None:
-        raise ValueError("clip: give at least one of the bounds lo and hi")
+        from ..errors import ArgumentError
+
+        raise ArgumentError("clip: give at least one of the bounds lo and hi (min, max)")
     return _clip(x, lo=lo, hi=hi)
 
 

@@ -206,3 +206,52 @@ def divide(x, y, *, rounding_mode=None):
 def floor_divide(x, y):
     """``x // y``: the quotient rounded toward -inf (integers stay integer, exactly)."""
     return div_rounded(x, y, mode="floor")
+
+
+# -- bitcast: the same bytes read as another dtype (PyTorch's ``x.view(dtype)``) ---------------
+def _bitcast_fwd(x, dtype):
+    return (x if x.flags.c_contiguous else x.copy()).view(np.dtype(dtype))
+
+
+def _bitcast_reference(x, dtype):
+    raw = np.frombuffer(np.ascontiguousarray(x).tobytes(), np.dtype(dtype))
+    last = x.shape[-1] * x.dtype.itemsize // np.dtype(dtype).itemsize if x.ndim else None
+    return raw.reshape(x.shape[:-1] + (last,) if x.ndim else ())
+
+
+_bitcast = primitive(
+    "bitcast",
+    _bitcast_fwd,
+    None,
+    reference=_bitcast_reference,
+    samples=lambda rng: [
+        Sample((rng.standard_normal((2, 3)).astype(np.float32),), {"dtype": "int32"}),
+        Sample((rng.standard_normal((2, 2)),), {"dtype": "uint8"}),
+        Sample((rng.integers(0, 255, (3, 4)).astype(np.uint8),), {"dtype": "float32"}),
+        Sample((np.array(7, np.int32),), {"dtype": "float32"}),
+    ],
+    doc="The bytes of x read as ``dtype`` (PyTorch's x.view(dtype)): the last axis scales by "
+    "the ratio of the item sizes. Not differentiable.",
+)
+
+
+def bitcast(x, dtype):
+    """``x``'s bytes as ``dtype``, PyTorch's ``x.view(dtype)`` (tinygrad's ``bitcast``): same
+    shape for the same item size, else the last axis (contiguous, divisible) rescaled."""
+    from .args import dtype_of, plain
+
+    src, dst = dtype_of(x), np.dtype(dtype)
+    if src.itemsize != dst.itemsize:
+        a = plain(x)
+        why = None
+        if a.ndim == 0:
+            why = "a 0-d tensor cannot change item size"
+        elif a.strides[-1] != src.itemsize and a.shape[-1] != 1:
+            why = f"the last axis must be contiguous (stride {a.strides[-1] // src.itemsize})"
+        elif (a.shape[-1] * src.itemsize) % dst.itemsize:
+            why = f"the last axis ({a.shape[-1]}) must hold a whole number of {dst} items"
+        if why:
+            from ..errors import ShapeError
+
+            raise ShapeError(f"bitcast: cannot view {src} of shape {a.shape} as {dst}: {why}")
+    return _bitcast(x, dtype=dst.name)

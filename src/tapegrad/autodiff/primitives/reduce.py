@@ -274,7 +274,7 @@ def _ndim(x) -> int:
 def _reducer(prim, what):
     def reduce(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
         axis, keepdims = pick_axis(prim.name, axis, keepdims, dim, keepdim)
-        return prim(x, axis=normalize_axis(axis, _ndim(x)), keepdims=keepdims)
+        return prim(x, axis=normalize_axis(axis, _ndim(x), prim.name), keepdims=keepdims)
 
     reduce.__name__ = prim.name
     reduce.__doc__ = (
@@ -308,7 +308,7 @@ def var(
     axis, keepdims = pick_axis("var", axis, keepdims, dim, keepdim)
     if unbiased is not None:
         correction = int(bool(unbiased))
-    axes = normalize_axis(axis, _ndim(x))
+    axes = normalize_axis(axis, _ndim(x), "var")
     n = int(np.prod([np.shape(_plain(x))[a] for a in axes], dtype=np.int64))
     d = x - mean(x, axes, keepdims=True)
     return sum(d * d, axes, keepdims) / builtins.max(n - correction, 0)
@@ -329,15 +329,27 @@ def std(
     return sqrt(var(x, axis, correction, keepdims, unbiased=unbiased))
 
 
-def std_mean(x, axis=None, correction: int = 1, keepdims: bool = False):
-    """``(std, mean)`` over ``axis``."""
+def std_mean(
+    x,
+    axis=None,
+    correction: int = 1,
+    keepdims: bool = False,
+    *,
+    dim=None,
+    keepdim=None,
+    unbiased=None,
+):
+    """``(std, mean)`` over ``axis`` (PyTorch's ``dim``, ``keepdim``, ``unbiased`` too)."""
+    axis, keepdims = pick_axis("std_mean", axis, keepdims, dim, keepdim)
+    if unbiased is not None:
+        correction = int(bool(unbiased))
     return std(x, axis, correction, keepdims), mean(x, axis, keepdims)
 
 
 def norm(x, ord=2, axis=None, keepdims: bool = False):  # noqa: A002 - NumPy's name
     """The vector ``ord``-norm over ``axis`` (all entries by default): 2, 1, inf, -inf or any
     p > 0. At the zero vector the gradient is 0, as PyTorch's (the formula's is 0/0)."""
-    axes = normalize_axis(axis, _ndim(x))
+    axes = normalize_axis(axis, _ndim(x), "norm")
     a = absolute(x)
     if ord == 2:
         return _root_at_zero(sum(x * x, axes, keepdims), sqrt)
@@ -418,7 +430,7 @@ def _index_reduction(largest: bool, name: str):
     def reduce(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):
         axis, keepdims = pick_axis(name, axis, keepdims, dim, keepdim)
         if axis is not None:
-            axes = normalize_axis(axis, _ndim(x))
+            axes = normalize_axis(axis, _ndim(x), name)
             axis = axes[0] if axes else 0
         return _arg_extreme(x, axis=axis, keepdims=bool(keepdims), largest=largest)
 
@@ -456,13 +468,13 @@ _truth = primitive(
 def all(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):  # noqa: A001
     """Whether every entry over ``axis`` (or ``dim``) is nonzero (bool, not differentiable)."""
     axis, keepdims = pick_axis("all", axis, keepdims, dim, keepdim)
-    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=keepdims, every=True)
+    return _truth(x, axis=normalize_axis(axis, _ndim(x), "all"), keepdims=keepdims, every=True)
 
 
 def any(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):  # noqa: A001
     """Whether some entry over ``axis`` (or ``dim``) is nonzero (bool, not differentiable)."""
     axis, keepdims = pick_axis("any", axis, keepdims, dim, keepdim)
-    return _truth(x, axis=normalize_axis(axis, _ndim(x)), keepdims=keepdims, every=False)
+    return _truth(x, axis=normalize_axis(axis, _ndim(x), "any"), keepdims=keepdims, every=False)
 
 
 def _tensor(a):
@@ -476,8 +488,8 @@ def _plain(x):
     return x if is_array(x) else np.asarray(x)
 
 
-def _one_axis(axis, x):
-    axes = normalize_axis(axis, _ndim(x))
+def _one_axis(axis, x, op=""):
+    axes = normalize_axis(axis, _ndim(x), op)
     if len(axes) > 1:
         raise ValueError(f"expected one axis, got {axis}")
     return axes[0] if axes else ()  # a 0-d x: nothing to normalise over
@@ -485,10 +497,12 @@ def _one_axis(axis, x):
 
 def softmax(x, axis: int = -1, *, dim=None):
     """Softmax along ``axis`` (or ``dim``), stable for large inputs."""
-    return _softmax(x, axis=_one_axis(pick_axis("softmax", axis, 0, dim, None, -1)[0], x))
+    return _softmax(
+        x, axis=_one_axis(pick_axis("softmax", axis, 0, dim, None, -1)[0], x, "softmax")
+    )
 
 
 def log_softmax(x, axis: int = -1, *, dim=None):
     """Log-softmax along ``axis`` (or ``dim``), stable for large inputs."""
     axis = pick_axis("log_softmax", axis, 0, dim, None, -1)[0]
-    return _log_softmax(x, axis=_one_axis(axis, x))
+    return _log_softmax(x, axis=_one_axis(axis, x, "log_softmax"))

@@ -66,8 +66,8 @@ def flatten(x, start_axis: int = 0, end_axis: int = -1, *, start_dim=None, end_d
     shape = np.shape(_data(x))
     if not shape:
         return reshape(x, (1,))
-    start = normalize_axis(start_axis, len(shape))[0]
-    end = normalize_axis(end_axis, len(shape))[0]
+    start = normalize_axis(start_axis, len(shape), "flatten")[0]
+    end = normalize_axis(end_axis, len(shape), "flatten")[0]
     if end < start:
         raise ShapeError(f"flatten: start_dim {start_axis} comes after end_dim {end_axis}")
     merged = int(np.prod(shape[start : end + 1], dtype=np.int64))
@@ -75,16 +75,11 @@ def flatten(x, start_axis: int = 0, end_axis: int = -1, *, start_dim=None, end_d
 
 
 def squeeze(x, axis=None):
-    """Drop size-1 axes (all of them, or those in ``axis``)."""
+    """Drop size-1 axes (all of them, or those in ``axis``); as in PyTorch, an axis of
+    ``axis`` whose size is not 1 stays (no error)."""
     shape = np.shape(_data(x))
-    axes = (
-        tuple(i for i, n in enumerate(shape) if n == 1)
-        if axis is None
-        else normalize_axis(axis, len(shape))
-    )
-    for a in axes:
-        if shape[a] != 1:
-            raise ShapeError(f"squeeze: axis {a} of shape {shape} has size {shape[a]}, not 1")
+    axes = range(len(shape)) if axis is None else normalize_axis(axis, len(shape), "squeeze")
+    axes = tuple(a for a in axes if shape[a] == 1)
     return reshape(x, tuple(n for i, n in enumerate(shape) if i not in axes))
 
 
@@ -287,10 +282,44 @@ def _read_each_call(p) -> bool:
     return False
 
 
+def _is_int(p) -> bool:
+    return isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_))
+
+
+def _split_ints(index):
+    """(integers only, the rest) for an index tuple holding both integers and index arrays;
+    None otherwise."""
+    if not isinstance(index, tuple) or not any(_is_int(p) for p in index):
+        return None
+    if not any(isinstance(p, list) or np.ndim(_data(p)) > 0 for p in index):
+        return None
+    first, rest = [], []
+    for p in index:
+        if _is_int(p):
+            first.append(p)
+        elif p is None:
+            first.append(None)
+            rest.append(slice(None))
+        elif p is Ellipsis or isinstance(p, slice):
+            first.append(Ellipsis if p is Ellipsis else slice(None))
+            rest.append(p)
+        else:  # an index array: a bool mask spans as many axes as it has
+            part = _index_part(p)
+            first.extend([slice(None)] * (part.ndim if part.dtype == np.bool_ else 1))
+            rest.append(p)
+    return tuple(first), tuple(rest)
+
+
 def getitem(x, index):
     """``x[index]``: basic slicing, integer arrays (repeats accumulate) and boolean masks.
     Index arrays given as Tensors are inputs of the operation (``index_get``), so a compiled
-    step reads them on every call; other index values are attributes."""
+    step reads them on every call; other index values are attributes.
+
+    Integers select first, as in PyTorch: ``x[1, :, idx]`` keeps idx's axes where idx stands
+    (NumPy would count the 1 as an index array and move them to the front)."""
+    split = _split_ints(index)
+    if split is not None:
+        return getitem(getitem(x, split[0]), split[1])
     if any(_read_each_call(p) for p in (index if isinstance(index, tuple) else (index,))):
         from .indexing import index_get
 
@@ -358,7 +387,7 @@ def concatenate(xs, axis: int = 0):
     xs = list(xs)
     if not xs:
         raise ShapeError("concatenate: needs at least one tensor")
-    return _concatenate(*_promoted(xs), axis=normalize_axis(axis, np.ndim(_data(xs[0])))[0])
+    return _concatenate(*_promoted(xs), axis=normalize_axis(axis, np.ndim(_data(xs[0])), "cat")[0])
 
 
 def _stack_vjp(g, out, needs, *xs, axis):
@@ -386,7 +415,7 @@ def stack(xs, axis: int = 0, *, dim=None):
     xs = list(xs)
     if not xs:
         raise ShapeError("stack: needs at least one tensor")
-    return _stack(*_promoted(xs), axis=normalize_axis(axis, np.ndim(_data(xs[0])) + 1)[0])
+    return _stack(*_promoted(xs), axis=normalize_axis(axis, np.ndim(_data(xs[0])) + 1, "stack")[0])
 
 
 # -- pad ---------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def scaled_dot_product_attention(
     ``query (..., L, E)``, ``key (..., S, E)``, ``value (..., S, Ev)`` -> ``(..., L, Ev)``.
 
     ``attn_mask`` broadcasts to ``(..., L, S)``: boolean (True: the key takes part) or float
-    (added to the scores). ``is_causal``: query i sees keys 0..i (no ``attn_mask`` then).
+    (added to the scores). ``is_causal``: query i sees keys 0..i (with ``attn_mask``: both apply).
     ``scale`` defaults to ``1 / sqrt(E)``. ``dropout_p`` drops attention weights (always, as
     PyTorch's function does; pass 0 in evaluation) with masks from ``rng`` (default:
     ``nn.init``'s generator; compiled steps draw afresh).
@@ -100,12 +100,9 @@ def scaled_dot_product_attention(
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1], got {dropout_p}")
     n_q, n_k = q.shape[-2], k.shape[-2]
-    keep = bias = None
-    if is_causal:
-        if attn_mask is not None:
-            raise ValueError(f"{op}: give attn_mask or is_causal, not both")
-        keep = beside(q, _causal_keep(n_q, n_k))
-    elif attn_mask is not None:
+    keep = beside(q, _causal_keep(n_q, n_k)) if is_causal else None
+    bias = None
+    if attn_mask is not None:  # with is_causal too: both apply, as in PyTorch
         shape = tuple(attn_mask.shape)
         try:
             np.broadcast_shapes(shape, (*q.shape[:-1], n_k))
@@ -113,10 +110,12 @@ def scaled_dot_product_attention(
             raise ShapeError(
                 f"{op}: attn_mask {shape} does not broadcast to the scores {(*q.shape[:-1], n_k)}"
             ) from None
-        if _is_bool(attn_mask):
+        if not _is_bool(attn_mask):
+            bias = attn_mask
+        elif keep is None:
             keep = attn_mask
         else:
-            bias = attn_mask
+            keep = ops.logical_and(attn_mask, keep)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     out, _ = _attend(q * s, k, v, keep, bias, dropout_p, rng, safe=True)
     return out

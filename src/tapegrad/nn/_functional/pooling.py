@@ -44,7 +44,7 @@ def _tuple(op: str, name: str, v, d: int, minimum: int) -> tuple[int, ...]:
 
 def _check_input(op: str, x: Tensor, d: int) -> None:
     if x.ndim not in (d + 1, d + 2):
-        layout = "(N, C, L)" if d == 1 else "(N, C, H, W)"
+        layout = {1: "(N, C, L)", 2: "(N, C, H, W)"}.get(d, "(N, C, D, H, W)")
         raise ShapeError(f"{op}: input must be {layout} (or without N), got shape {x.shape}")
     if x.dtype.kind != "f":
         raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
@@ -76,13 +76,25 @@ def _sum_windows(x: Tensor, mats: list[np.ndarray]) -> Tensor:
     """Apply one window matrix per trailing axis: the last with ``x @ A.T``, the one before
     with ``A @ x``."""
     y = ops.matmul(x, beside(x, np.ascontiguousarray(mats[-1].T)))
-    if len(mats) == 2:
-        y = ops.matmul(beside(x, mats[0]), y)
+    if len(mats) >= 2:
+        y = ops.matmul(beside(x, mats[-2]), y)
+    if len(mats) == 3:  # the depth axis: (..., D, H * W) from the left
+        lead, (h, w) = y.shape[:-3], y.shape[-2:]
+        y = ops.matmul(beside(x, mats[0]), ops.reshape(y, (*lead, y.shape[-3], h * w)))
+        y = ops.reshape(y, (*lead, mats[0].shape[0], h, w))
     return y
 
 
 def _avg_pool(op, x, d, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor):
     x = _t(x)
+    if x.dtype.kind in "iu":  # PyTorch's integer mean: the float one truncated toward zero
+        if x.dtype != np.int64:  # PyTorch averages int64 only
+            from ...autodiff.errors import DTypeNotImplemented
+
+            raise DTypeNotImplemented(f"{op}: integers must be int64, got {x.dtype}")
+        args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor)
+        out = _avg_pool(op, x.detach().astype(np.float64), d, *args)
+        return Tensor(np.trunc(out.data).astype(x.dtype))
     _check_input(op, x, d)
     k = _tuple(op, "kernel_size", kernel_size, d, 1)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else None
@@ -108,8 +120,8 @@ def _avg_pool(op, x, d, kernel_size, stride, padding, ceil_mode, count_include_p
     else:
         counts = [w[2] if count_include_pad else w[3] for w in wins]
         div = counts[0].astype(np.float64)
-        if d == 2:
-            div = np.multiply.outer(div, counts[1])
+        for more in counts[1:]:
+            div = np.multiply.outer(div, more)
     return _sum_windows(x, mats) / beside(x, div.astype(x.dtype))
 
 
@@ -134,6 +146,30 @@ def avg_pool1d(
     window (the output length rounds up)."""
     return _avg_pool(
         "avg_pool1d", input, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None
+    )
+
+
+def avg_pool3d(
+    input: ArrayLike,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Tensor:
+    """Mean over ``kernel_size`` windows of ``input (N, C, D, H, W)``: :func:`avg_pool1d` on
+    the three axes (kernel, stride, padding an int or a triple)."""
+    return _avg_pool(
+        "avg_pool3d",
+        input,
+        3,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad,
+        divisor_override,
     )
 
 
@@ -199,7 +235,7 @@ def adaptive_avg_pool2d(input: ArrayLike, output_size) -> Tensor:
 
 
 # -- interpolate -------------------------------------------------------------------------------
-_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2}
+_MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "trilinear": 3}
 
 
 def _output_sizes(op, sizes, size, scale_factor, d):
@@ -279,11 +315,15 @@ def interpolate(
     if mode not in _MODES:
         raise ValueError(f"{op}: mode must be one of {sorted(_MODES)}, got {mode!r}")
     d = _MODES[mode] or x.ndim - 2
-    if x.ndim - 2 not in (1, 2) or x.ndim - 2 != d:
-        want = {1: "3-D (N, C, L)", 2: "4-D (N, C, H, W)"}.get(_MODES[mode], "3-D or 4-D")
+    if x.ndim - 2 not in (1, 2, 3) or x.ndim - 2 != d:
+        want = {1: "3-D (N, C, L)", 2: "4-D (N, C, H, W)", 3: "5-D (N, C, D, H, W)"}.get(
+            _MODES[mode], "3-D, 4-D or 5-D"
+        )
         raise ShapeError(f"{op}: mode {mode!r} takes {want} input, got shape {x.shape}")
-    if x.dtype.kind != "f":
-        raise TypeError(f"{op}: input must be floating point, got dtype {x.dtype}")
+    if x.dtype.kind != "f" and not (x.dtype == np.uint8 and _MODES[mode] is None):
+        from ...autodiff.errors import DTypeNotImplemented  # PyTorch: nearest of uint8 only
+
+        raise DTypeNotImplemented(f"{op}: input must be floating point, got dtype {x.dtype}")
     if _MODES[mode] is None and align_corners is not None:
         raise ValueError(f"{op}: align_corners applies to the linear modes only, not {mode!r}")
     sizes = x.shape[2:]

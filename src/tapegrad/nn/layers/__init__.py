@@ -35,10 +35,13 @@ from .attention import MultiheadAttention
 from .conv import (
     Conv1d,
     Conv2d,
+    Conv3d,
     ConvTranspose1d,
     ConvTranspose2d,
+    ConvTranspose3d,
     MaxPool1d,
     MaxPool2d,
+    MaxPool3d,
     MaxUnpool1d,
     MaxUnpool2d,
 )
@@ -62,7 +65,7 @@ from .extra import (
 )
 from .linear import Linear
 from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
-from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d
+from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, AvgPool3d
 from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .shape import Flatten, Permute, Reshape
 from .transformer import TransformerEncoder, TransformerEncoderLayer
@@ -73,14 +76,18 @@ __all__ = [
     "Linear",
     "Conv1d",
     "Conv2d",
+    "Conv3d",
     "MaxPool1d",
     "MaxPool2d",
+    "MaxPool3d",
     "ConvTranspose1d",
     "ConvTranspose2d",
+    "ConvTranspose3d",
     "MaxUnpool1d",
     "MaxUnpool2d",
     "AvgPool1d",
     "AvgPool2d",
+    "AvgPool3d",
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
     "Upsample",

@@ -27,7 +27,7 @@ def _tuple(v, d: int, name: str) -> tuple:
 
 
 def _pattern(d: int, channels) -> tuple:
-    return ("N", channels, "L") if d == 1 else ("N", channels, "H", "W")
+    return ("N", channels, *{1: ("L",), 2: ("H", "W")}.get(d, ("D", "H", "W")))
 
 
 def _make_parameters(layer, shape, bias, dtype, init, rng, device, name) -> None:
@@ -99,7 +99,7 @@ class _ConvNd(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         check_input(self, x, _pattern(self.d, self.in_channels), {1: self.in_channels})
-        conv = F.conv1d if self.d == 1 else F.conv2d
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[self.d]
         padding = self._pad_pairs()
         if self.padding_mode != "zeros" and any(lo or hi for lo, hi in padding):
             mode = {"reflect": "reflect", "replicate": "replicate", "circular": "circular"}
@@ -137,6 +137,13 @@ class Conv2d(_ConvNd):
     ``'same'``/``'valid'``). ``weight (out_channels, in_channels/groups, KH, KW)``."""
 
     d = 2
+
+
+class Conv3d(_ConvNd):
+    """3-D convolution of ``x (N, in_channels, D, H, W)``: ``weight (out_channels,
+    in_channels/groups, KD, KH, KW)``; arguments an int or a triple, as :class:`Conv2d`."""
+
+    d = 3
 
 
 class _ConvTransposeNd(Module):
@@ -199,7 +206,7 @@ class _ConvTransposeNd(Module):
                     f"{self!r}: output_size {size} is not reachable from input {tuple(x.shape)} "
                     f"(between {least} and the stride more)"
                 )
-        fn = F.conv_transpose1d if self.d == 1 else F.conv_transpose2d
+        fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[self.d]
         with named(self):
             return fn(
                 x,
@@ -239,6 +246,13 @@ class ConvTranspose2d(_ConvTransposeNd):
     d = 2
 
 
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-D convolution of ``x (N, in_channels, D, H, W)``:
+    ``weight (in_channels, out_channels/groups, KD, KH, KW)``."""
+
+    d = 3
+
+
 class _MaxPoolNd(Module):
     d = 1
 
@@ -263,7 +277,7 @@ class _MaxPoolNd(Module):
 
     def forward(self, x: Tensor):
         check_input(self, x, _pattern(self.d, "C"))
-        fn = F.max_pool1d if self.d == 1 else F.max_pool2d
+        fn = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[self.d]
         with named(self):
             return fn(
                 x,
@@ -303,6 +317,13 @@ class MaxPool2d(_MaxPoolNd):
     defaults to ``kernel_size``; padding, dilation, ceil_mode, return_indices as PyTorch."""
 
     d = 2
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Max over ``kernel_size`` windows of ``x (N, C, D, H, W)`` (int or triple), as
+    :class:`MaxPool2d`."""
+
+    d = 3
 
 
 class _MaxUnpoolNd(Module):

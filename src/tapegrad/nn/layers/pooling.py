@@ -1,4 +1,4 @@
-"""Average pooling layers: ``AvgPool1d``, ``AvgPool2d``, ``AdaptiveAvgPool1d``,
+"""Average pooling layers: ``AvgPool1d``, ``AvgPool2d``, ``AvgPool3d``, ``AdaptiveAvgPool1d``,
 ``AdaptiveAvgPool2d`` (max pooling lives with the convolutions, in ``conv.py``)."""
 
 from __future__ import annotations
@@ -72,6 +72,17 @@ class AvgPool2d(_AvgPool):
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)
         return F.avg_pool2d(x, *self._settings(), self.divisor_override)
+
+
+class AvgPool3d(AvgPool2d):
+    """Mean over ``kernel_size`` windows of ``(N, C, D, H, W)`` (or ``(C, D, H, W)``); see
+    :func:`tapegrad.nn.functional.avg_pool3d`."""
+
+    _ranks, _layout = (4, 5), "(N, C, D, H, W) or (C, D, H, W)"
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check(x)
+        return F.avg_pool3d(x, *self._settings(), self.divisor_override)
 
 
 class AdaptiveAvgPool1d(Module):
