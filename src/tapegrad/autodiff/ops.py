@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .inplace import assign  # noqa: F401  (the in-place form over the assign primitive)
 from .primitives.conv import (  # noqa: F401
     conv1d,
     conv2d,
@@ -100,7 +101,6 @@ from .primitives.shape import (  # noqa: F401
     stack,
     transpose,
 )
-from .primitives.update import assign  # noqa: F401
 
 abs = absolute  # noqa: A001
 pow = power  # noqa: A001

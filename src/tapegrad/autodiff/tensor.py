@@ -15,25 +15,9 @@ import numpy as np
 
 from . import backend
 from .backend import default_dtype, to_host, xp_of
-
-
-class _TRACING:
-    """The trace being recorded by ``tapegrad.compile`` (None when not tracing)."""
-
-    active = None
-
-
-def _untraceable(t: Tensor, what: str) -> None:
-    trace = _TRACING.active
-    if trace is not None and trace.is_traced(t):
-        from .plan import TraceError
-
-        raise TraceError(
-            f"{what} of a traced tensor inside a compiled function: its value is only known "
-            f"while tracing, so the plan could not replay this. Return the tensor and use its "
-            f"value outside the compiled function, or compute with tapegrad operations "
-            f"(tg.where instead of if/else)"
-        )
+from .core.state import _TRACING, TensorBase, effect, register_tensor_class  # noqa: F401
+from .core.state import untraceable as _untraceable
+from .errors import TraceError
 
 
 def _as_array(data, dtype, device=None) -> np.ndarray:
@@ -56,14 +40,15 @@ def _as_array(data, dtype, device=None) -> np.ndarray:
     return arr
 
 
-class Tensor:
+class Tensor(TensorBase):
     """An n-dimensional array that records the operations applied to it for reverse-mode AD.
 
     ``requires_grad=True`` marks a leaf whose gradient ``backward()`` accumulates into ``.grad``
     (an ndarray of the same shape and dtype). Only float tensors can require grad.
+    Its data fields (and ``_make``) are the core's :class:`~tapegrad.autodiff.core.TensorBase`.
     """
 
-    __slots__ = ("data", "_grad", "_grad_t", "requires_grad", "_node", "_retain", "__weakref__")
+    __slots__ = ()
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
 
     def __init__(self, data, requires_grad: bool = False, dtype=None, device=None):
@@ -77,17 +62,6 @@ class Tensor:
         self._retain = False
         if _TRACING.active is not None:
             _TRACING.active.made_inside.add(id(self))
-
-    @classmethod
-    def _make(cls, data: np.ndarray, node, requires_grad: bool) -> Tensor:
-        t = object.__new__(cls)
-        t.data = data
-        t._grad = None
-        t._grad_t = None
-        t.requires_grad = requires_grad
-        t._node = node
-        t._retain = False
-        return t
 
     # -- plain attributes ------------------------------------------------------------------
     shape = property(lambda self: self.data.shape)
@@ -154,14 +128,10 @@ class Tensor:
         trace = _TRACING.active
         if trace is not None:
             if value is not None:
-                from .plan import TraceError
-
                 raise TraceError(
                     "assigning an array to .grad inside a compiled function cannot "
                     "be replayed; clear gradients with zero_grad() or .grad = None"
                 )
-            from .plan import effect
-
             effect(lambda: setattr(self, "_grad", None), ".grad = None")
             return
         self._grad = value
@@ -801,6 +771,9 @@ class Tensor:
 
     def bool(self):
         return self.to(np.bool_)
+
+
+register_tensor_class(Tensor)  # the core's operations return Tensors
 
 
 class MaxMin(NamedTuple):

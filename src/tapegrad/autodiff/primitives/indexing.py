@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import asarray, cuda_kernels, is_array, to_host, xp_of
+from ..core.state import _TRACING
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
 from ..kernels.scatter import scatter_add_rows
 from . import samples as S
@@ -908,8 +909,6 @@ def split_index(op: str, index) -> tuple[tuple, list]:
 
 
 def _fixed(out_shape: tuple):
-    from ..tensor import _TRACING
-
     return tuple(out_shape) if _TRACING.active is not None else None
 
 

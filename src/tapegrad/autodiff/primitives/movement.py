@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ..backend import asarray
+from ..core.state import untraceable as _untraceable
 from ..errors import ShapeError
 from .args import axes_of, dtype_of, one_axis, plain, shape_of
 from .indexing import ARRAY, _index_get, _index_put, _take
@@ -118,8 +119,6 @@ def tile(x, reps):
 def repeat_interleave(x, repeats, axis=None):
     """Each entry repeated ``repeats`` times (an int, or one count per entry along ``axis``)
     along ``axis`` (None: the flattened tensor); the gradient sums the copies."""
-    from ..tensor import _untraceable
-
     if hasattr(repeats, "requires_grad"):
         _untraceable(repeats, "repeat_interleave with a tensor of counts (the output shape)")
         repeats = repeats.data

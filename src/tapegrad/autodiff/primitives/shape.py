@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import asarray, is_array, normalize_axis, unbroadcast, xp_of
+from ..core.state import _TRACING
 from ..errors import ShapeError
 from ..promotion import result_type
 from . import samples as S
@@ -280,8 +281,6 @@ def _read_each_call(p) -> bool:
     if hasattr(p, "requires_grad"):
         return True
     if is_array(p):
-        from ..tensor import _TRACING
-
         trace = _TRACING.active
         return trace is not None and id(p) in trace.var_of_data
     return False
