@@ -39,9 +39,9 @@ from .core.primitive import Node
 from .core.state import _TRACING
 from .errors import DTypeError, GraphError, ShapeError
 from .primitives.elementwise import astype, clip
-from .primitives.indexing import _index_put, _index_put_inplace, split_index
 from .primitives.pointwise import int_arith
 from .primitives.shape import broadcast_to
+from .primitives.subscript import _index_put, _index_put_inplace, split_index
 from .primitives.update import _assign
 from .traced_grads import traced
 

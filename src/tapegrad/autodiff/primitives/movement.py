@@ -18,9 +18,10 @@ from ..backend import asarray
 from ..core.state import untraceable as _untraceable
 from ..errors import ShapeError
 from .args import axes_of, dtype_of, one_axis, plain, shape_of
-from .indexing import ARRAY, _index_get, _index_put, _take
-from .shape import broadcast_to, concatenate, getitem, permute, reshape
+from .indexing import _take
+from .shape import broadcast_to, concatenate, permute, reshape
 from .shape import pad as _constant_pad
+from .subscript import ARRAY, _index_get, _index_put, getitem
 
 
 def _one_axis(op: str, axis, shape: tuple) -> int:

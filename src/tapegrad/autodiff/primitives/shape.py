@@ -286,14 +286,11 @@ def _read_each_call(p) -> bool:
     return False
 
 
-def getitem(x, index):
-    """``x[index]``: basic slicing, integer arrays (repeats accumulate) and boolean masks.
-    Index arrays given as Tensors are inputs of the operation (``index_get``), so a compiled
-    step reads them on every call; other index values are attributes."""
-    if any(_read_each_call(p) for p in (index if isinstance(index, tuple) else (index,))):
-        from .indexing import index_get
-
-        return index_get(x, index)
+def basic_getitem(x, index):
+    """``x[index]`` whose index parts are attributes (ints, slices, None, Ellipsis and arrays of
+    values fixed at trace time): basic slicing, integer arrays (repeats accumulate) and boolean
+    masks. ``subscript.getitem`` is the front end of ``x[index]`` that sends index Tensors to
+    ``index_get`` instead."""
     index = (
         tuple(_index_part(p) for p in index) if isinstance(index, tuple) else (_index_part(index),)
     )
