@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import asarray, cuda_kernels, is_array, xp_of
+from ..backend import asarray, is_array, xp_of
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
+from ..kernels.dispatch import cuda_kernels
 from ..kernels.scatter import scatter_add_rows
 from . import samples as S
 from .args import _into, dtype_of, one_axis, plain, shape_of

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels
 from ..backend import xp_of as _xp
 from ..core.state import new_tensor
 from ..errors import ShapeError
 from ..kernels import recurrent as _cpu_kernels
+from ..kernels.dispatch import cuda_kernels
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels, expand_reduced, normalize_axis, xp_of
+from ..backend import expand_reduced, normalize_axis, xp_of
 from ..errors import DTypeError, ShapeError
+from ..kernels.dispatch import cuda_kernels
 from ..kernels.scan import linear_recurrence
 from . import samples as S
 from .args import _into, axes_of, dtype_of, one_axis, shape_of
