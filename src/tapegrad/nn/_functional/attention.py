@@ -20,8 +20,8 @@ from ...autodiff import ops
 from ...autodiff.backend import beside, is_array
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
-from .. import functional as F
 from .. import init as _init
+from .dense import linear
 
 ArrayLike = Tensor | np.ndarray
 
@@ -181,9 +181,9 @@ def multi_head_attention_forward(
                 f"{name}: attn_mask must be (L, S) = {(L, S)} or (N * num_heads, L, S) = "
                 f"{(N * H, L, S)}, got {shape}"
             )
-    q = F.linear(query, q_weight, q_bias)
-    k = F.linear(key, k_weight, k_bias)
-    v = F.linear(value, v_weight, v_bias)
+    q = linear(query, q_weight, q_bias)
+    k = linear(key, k_weight, k_bias)
+    v = linear(value, v_weight, v_bias)
     bias = None if attn_mask is None else _additive(attn_mask, dtype)
     if bias is not None and bias.ndim == 2:
         bias = ops.reshape(bias, (1, L, S))
@@ -209,7 +209,7 @@ def multi_head_attention_forward(
     scale = math.sqrt(1.0 / hd)
     out, weights = _attend(q * scale, k, v, None, bias, dropout_p, rng, safe=not need_weights)
     out = ops.reshape(ops.permute(out, (1, 0, 2)), (L * N, E))
-    out = ops.reshape(F.linear(out, out_weight, out_bias), (L, N, E))
+    out = ops.reshape(linear(out, out_weight, out_bias), (L, N, E))
     if not need_weights:
         return out, None
     weights = ops.reshape(weights, (N, H, L, S))
