@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import DistributedError
+
 __all__ = [
     "DistributedError",
     "GradientAverager",
@@ -42,10 +44,6 @@ __all__ = [
 
 # What MPI launchers put in each rank's environment: MPICH/Hydra and Slurm (PMI), Open MPI.
 _SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-
-
-class DistributedError(RuntimeError):
-    """A distributed run cannot start as asked (MPI missing, ranks that disagree)."""
 
 
 def launched_rank() -> int:

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import DistributedError
+from .errors import DistributedError
 
 THREAD_VARIABLES = (
     "NUMBA_NUM_THREADS",
