@@ -159,6 +159,52 @@ def describe(graph: dict[str, set[str]], found: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+# The layers, lowest first: a module imports modules of its own layer and of those below it
+# (ARCHITECTURE.md, "Layers and imports"). Names are relative to tapegrad; a name covers its
+# submodules.
+LAYERS = [
+    ("base", ("autodiff.errors", "autodiff.backend", "autodiff.promotion", "autodiff.anomaly",
+              "blas", "safefile", "version")),
+    ("kernels", ("autodiff.kernels",)),
+    ("core", ("autodiff.core", "autodiff.graph", "autodiff.traced_grads")),
+    ("primitives", ("autodiff.primitives",)),
+    ("tensor and wrappers", ("autodiff.ops", "autodiff.inplace", "autodiff.tensor",
+                             "autodiff.tensor_ops", "autodiff.tensor_torch", "autodiff.custom",
+                             "autodiff.checkpoint", "autodiff.functional", "autodiff.gradcheck")),
+    ("plan compiler", ("autodiff.plan",)),
+    ("engine package", ("autodiff",)),
+    ("library", ("creation", "func", "autograd", "compat", "compat_ops", "dtypes", "cuda",
+                 "serialization", "nn", "optim")),
+    ("data and distributed", ("data", "distributed")),
+    ("training", ("models", "utils", "train")),
+    ("programs", ("cli", "bench", "__main__", "")),
+]  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest name that covers ``module``."""
+    name = module.removeprefix(PACKAGE).removeprefix(".")
+    best, found = -1, None
+    for k, (_, names) in enumerate(LAYERS):
+        for n in names:
+            covers = n == "" and name == "" or name == n or name.startswith(n + ".")
+            if covers and len(n) > best:
+                best, found = len(n), k
+    if found is None:
+        raise AssertionError(f"{module} is in no layer of LAYERS: add it")
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module in a higher layer than the importer's."""
+    return [
+        f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+        for m in sorted(graph)
+        for t in sorted(graph[m])
+        if layer_of(t) > layer_of(m)
+    ]
+
+
 def test_graph_sees_relative_and_function_level_imports(tmp_path):
     pkg = tmp_path / PACKAGE
     (pkg / "sub").mkdir(parents=True)
@@ -193,8 +239,15 @@ def test_no_import_cycle_in_tapegrad():
     assert not found, "import cycles in src/tapegrad:\n" + describe(graph, found)
 
 
+def test_every_import_goes_down_the_layers():
+    found = upward_imports(import_graph())
+    assert not found, "imports against the layers (ARCHITECTURE.md):\n" + "\n".join(found)
+
+
 if __name__ == "__main__":
     graph = import_graph()
     found = cycles(graph)
     print(describe(graph, found) if found else f"no cycle among {len(graph)} modules")
-    sys.exit(1 if found else 0)
+    upward = upward_imports(graph)
+    print("\n".join(upward) if upward else "every import goes down the layers")
+    sys.exit(1 if found or upward else 0)
