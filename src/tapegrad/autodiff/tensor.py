@@ -18,6 +18,7 @@ from .backend import default_dtype, to_host, xp_of
 from .core.state import _TRACING, TensorBase, effect, register_tensor_class  # noqa: F401
 from .core.state import untraceable as _untraceable
 from .errors import TraceError
+from .graph import backward as _backward
 from .tensor_ops import TensorOps, _axis_args
 
 
@@ -149,10 +150,8 @@ class Tensor(TensorOps, TensorBase):
         With ``create_graph=True`` the gradients are computed with recorded operations, so they
         can be differentiated again: each leaf's :attr:`grad_tensor` then holds its gradient as a
         Tensor with a graph (``.grad`` keeps the values), and the graph is retained."""
-        from .graph import backward
-
         retain = create_graph if retain_graph is None else retain_graph
-        backward(self, gradient, retain, create_graph)
+        _backward(self, gradient, retain, create_graph)
 
     @property
     def grad_tensor(self):
@@ -442,72 +441,46 @@ class Tensor(TensorOps, TensorBase):
 
     # -- x[index] = value and in-place methods (see autodiff/inplace.py for the rules) ---------
     def __setitem__(self, index, value):
-        from .inplace import setitem
-
-        setitem(self, index, value)
+        _inplace.setitem(self, index, value)
 
     def add_(self, other, *, alpha=1):
-        from . import inplace
-
-        return inplace.add_(self, other, alpha)
+        return _inplace.add_(self, other, alpha)
 
     def sub_(self, other, *, alpha=1):
-        from . import inplace
-
-        return inplace.sub_(self, other, alpha)
+        return _inplace.sub_(self, other, alpha)
 
     def mul_(self, other):
-        from . import inplace
-
-        return inplace.mul_(self, other)
+        return _inplace.mul_(self, other)
 
     def div_(self, other):
-        from . import inplace
-
-        return inplace.div_(self, other)
+        return _inplace.div_(self, other)
 
     def zero_(self):
-        from . import inplace
-
-        return inplace.zero_(self)
+        return _inplace.zero_(self)
 
     def fill_(self, value):
-        from . import inplace
-
-        return inplace.fill_(self, value)
+        return _inplace.fill_(self, value)
 
     def copy_(self, src):
-        from . import inplace
-
-        return inplace.copy_(self, src)
+        return _inplace.copy_(self, src)
 
     def clamp_(self, min=None, max=None):  # noqa: A002 - PyTorch's names
-        from . import inplace
-
-        return inplace.clamp_(self, min, max)
+        return _inplace.clamp_(self, min, max)
 
     clip_ = clamp_
 
     # x += y and the like change x as add_ does (PyTorch's meaning; NumPy's too for arrays)
     def __iadd__(self, o):
-        from . import inplace
-
-        return inplace.add_(self, o, path="augmented")
+        return _inplace.add_(self, o, path="augmented")
 
     def __isub__(self, o):
-        from . import inplace
-
-        return inplace.sub_(self, o, path="augmented")
+        return _inplace.sub_(self, o, path="augmented")
 
     def __imul__(self, o):
-        from . import inplace
-
-        return inplace.mul_(self, o, path="augmented")
+        return _inplace.mul_(self, o, path="augmented")
 
     def __itruediv__(self, o):
-        from . import inplace
-
-        return inplace.div_(self, o, path="augmented")
+        return _inplace.div_(self, o, path="augmented")
 
     # -- devices and dtypes, PyTorch's way ----------------------------------------------------
     @property
@@ -645,6 +618,7 @@ def _shape_arg(shape) -> tuple:
 
 
 # The operations the methods above delegate to.
+from . import inplace as _inplace  # noqa: E402  (x[i] = v and the in-place methods)
 from .graph import apply as _apply  # noqa: E402  (the operators call it directly)
 from .ops import (  # noqa: E402
     absolute,
