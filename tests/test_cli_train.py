@@ -54,7 +54,9 @@ def test_a_failing_output_does_not_stop_the_others_nor_lose_the_weights(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(train, "write_json", broken)
-    monkeypatch.setattr(tg, "save", _fail_first(tg.save))
+    import tapegrad.serialization as serialization
+
+    monkeypatch.setattr(serialization, "save_object", _fail_first(serialization.save_object))
     ck, saved = tmp_path / "ck", tmp_path / "m.safetensors"
     args = ["train", "linear", "--dataset", str(blobs), "--epochs", "1", "--checkpoint-dir"]
     args += [str(ck), "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv")]

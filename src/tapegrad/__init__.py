@@ -45,8 +45,7 @@ from .autodiff import (
     vjp,
 )
 from .autodiff.ops import *  # noqa: F403  (every operation: tg.exp, tg.matmul, ...)
-
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor:

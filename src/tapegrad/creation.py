@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import nn
 from .autodiff import ops
 from .autodiff.backend import default_dtype, device_of, float_dtype, get_device, is_array
 from .autodiff.errors import ShapeError
 from .autodiff.plan import TraceError
 from .autodiff.primitives.indexing import one_hot as _one_hot
 from .autodiff.tensor import _TRACING, Tensor
+from .nn import init as _nn_init
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -123,7 +123,7 @@ def _draw(shape, dtype, dist, rng, device=None, **bounds) -> Tensor:
     if dtype.kind not in kinds or (dist != "integers" and dtype not in (np.float32, np.float64)):
         what = "integers" if dist == "integers" else "float32 or float64"
         raise TypeError(f"random samples here are {what}, not {dtype}")
-    gen = rng if rng is not None else nn.init.default_generator()
+    gen = rng if rng is not None else _nn_init.default_generator()
     if device is not None:
         bounds["device"] = get_device(device).name
     return ops.random_draw(shape=_shape(shape), dtype=dtype.type, dist=dist, rng=gen, **bounds)

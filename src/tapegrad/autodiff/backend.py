@@ -5,8 +5,9 @@ buffers, a workspace, a Python number lifted to an operand) asks this module for
 module of the arrays it already has, :func:`xp_of`, so a forward given device arrays makes
 device arrays. Computation itself goes through NumPy's names (``np.add(x, y, out=o)``,
 ``np.sum``, ``np.matmul``): a CuPy array takes them over through NumPy's ``__array_ufunc__`` and
-``__array_function__`` protocols. Numba kernels run on CPU arrays only; :func:`cuda_kernels`
-says when a forward must call the CUDA counterpart instead (``kernels/cuda/``).
+``__array_function__`` protocols. Numba kernels run on CPU arrays only; ``kernels/dispatch.py``
+says when a forward must call the CUDA counterpart instead (``kernels/cuda/``). This module
+imports nothing of tapegrad.
 
 A *device* is registered under its name (``"cpu"`` always; ``"cuda"`` on first use, when CuPy
 and a GPU are there) with its array type, its module, and how arrays cross to and from the host.
@@ -22,8 +23,6 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
-
-from .kernels.reduce import sum_rows
 
 xp = np
 """The CPU array module (NumPy). Code that may see device arrays calls :func:`xp_of`."""
@@ -163,19 +162,12 @@ def is_array(a) -> bool:
     return type(a) is np.ndarray or type(a) in _BY_TYPE or isinstance(a, Array)
 
 
-def cuda_kernels(*arrays):
-    """The CUDA kernel module when the first device array among ``arrays`` lives on a device
-    whose forwards call CUDA kernels; None on the CPU (call the numba CPU kernel)."""
-    for a in arrays:
-        t = type(a)
-        if t is np.ndarray:
-            continue
-        dev = _BY_TYPE.get(t)
-        if dev is not None and dev.kernels == "cuda":
-            from .kernels import cuda
-
-            return cuda
-    return None
+def device_kernels(a) -> str | None:
+    """The kernel family (``Device.kernels``) that serves the device array ``a``; None for
+    anything that is not a registered device's array (``kernels/dispatch.py`` maps the name
+    to the kernels' module)."""
+    dev = _BY_TYPE.get(type(a))
+    return None if dev is None else dev.kernels
 
 
 def empty(shape, dtype, like=None):
@@ -411,35 +403,6 @@ def check_same_device(op: str, arrays) -> Device:
                 f"move one with .to({first.name!r}) or .to({dev.name!r})"
             )
     return first or CPU
-
-
-def unbroadcast(g, shape: tuple[int, ...], out: np.ndarray | None = None):
-    """Sum ``g`` down to ``shape``: the adjoint of broadcasting ``shape`` up to ``g.shape``
-    (written into ``out`` when given). The forward of the ``sum_to`` primitive, which every rule
-    of a broadcasting primitive ends with: the one place broadcasting is undone."""
-    shape = tuple(shape)
-    if g.shape == shape:
-        if out is None:
-            return g
-        np.copyto(out, g)
-        return out
-    if g.ndim == 2 and shape in ((g.shape[1],), (1, g.shape[1])):
-        # a bias's gradient: the rows summed in order by a compiled loop (3x NumPy's speed on
-        # the CPU; on CUDA one thread per column), the same bits eager and compiled
-        kernels = cuda_kernels(g)
-        if kernels is not None or type(g) is np.ndarray:
-            rows = empty(g.shape[1], g.dtype, like=g) if out is None else out.reshape(-1)
-            (kernels.sum_rows if kernels is not None else sum_rows)(g, rows)
-            return rows.reshape(shape) if out is None else out
-    extra = g.ndim - len(shape)
-    axes = tuple(range(extra)) + tuple(
-        extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1
-    )
-    kept = tuple(1 if i in axes else n for i, n in enumerate(g.shape))
-    if out is None:
-        return np.sum(g, axis=axes, keepdims=True).reshape(shape)
-    np.sum(g, axis=axes, keepdims=True, out=out.reshape(kept))
-    return out
 
 
 def normalize_axis(axis, ndim: int, op: str = "") -> tuple[int, ...]:

@@ -1,10 +1,11 @@
-"""The recorded graph: nodes, recording (``apply``), topological order and the backward pass.
+"""The backward pass over the recorded graph: topological order, ``backward``, ``gradients``.
 
-A tensor made by a primitive while gradients are on holds a :class:`Node`: the primitive, the
-parent tensors that need gradients (``None`` for the others), the input arrays, the output and
-the arrays the forward saved for the VJP rules, and the primitive's attributes. Nodes point at
-parents, never at their own output tensor, so reference counting frees a graph as soon as its
-last tensor goes.
+A tensor made by a primitive while gradients are on holds a :class:`Node` (``core/primitive.py``,
+recorded by ``apply``): the primitive, the parent tensors that need gradients (``None`` for the
+others), the input arrays, the output and the arrays the forward saved for the VJP rules, and
+the primitive's attributes. Nodes point at parents, never at their own output tensor, so
+reference counting frees a graph as soon as its last tensor goes. This module imports only the
+core; it re-exports ``Node``, ``apply`` and the grad-mode functions from there.
 
 ``backward`` orders the graph once (iteratively, so depth is limited by memory only), runs each
 node's VJP rules in reverse order, frees each intermediate gradient as soon as it has been passed
@@ -22,251 +23,14 @@ tensors instead of accumulating into leaves.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from . import anomaly
-from .backend import asarray, check_same_device, is_array, on_device, xp_of
-from .errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
-from .primitives import registry
-from .primitives.shape import sum_to
-from .promotion import promote
-from .tensor import _TRACING, Tensor
-from .traced_grads import traced
-
-
-class _GradMode:
-    enabled = True
-
-
-def is_grad_enabled() -> bool:
-    return _GradMode.enabled
-
-
-class _SetGrad(contextlib.ContextDecorator):
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __enter__(self):
-        self.prev, _GradMode.enabled = _GradMode.enabled, self.enabled
-
-    def __exit__(self, *exc):
-        _GradMode.enabled = self.prev
-
-
-def no_grad():
-    """Context manager (and decorator): operations inside record no graph."""
-    return _SetGrad(False)
-
-
-def enable_grad():
-    """Context manager (and decorator): turn recording back on inside ``no_grad``."""
-    return _SetGrad(True)
-
-
-class Node:
-    """How a tensor was made: enough to run its VJP rules once (or more with retain_graph)."""
-
-    __slots__ = ("prim", "parents", "inputs", "out", "attrs", "aux", "released", "site")
-
-    def __init__(self, prim, parents, inputs, out, attrs, aux, site=None):
-        self.prim = prim
-        self.parents = parents
-        self.inputs = inputs
-        self.out = out
-        self.attrs = attrs
-        self.aux = aux  # the arrays the forward saved for the rules (a tuple)
-        self.released = False
-        self.site = site  # "file:line" of the call, recorded in anomaly mode only
-
-    def vjp(self, g: np.ndarray) -> list:
-        """Each parent's gradient from the rules, run on the saved arrays (no graph)."""
-        return self._run_rules(g, self.out, self.inputs, self.aux, False)
-
-    def vjp_tensors(self, g: Tensor, out: Tensor, record: bool) -> list:
-        """The same rules run on Tensors (the output, the parents, constants for the other
-        inputs and the saved arrays), so each operation they perform is a recorded one: a graph
-        that can be differentiated again (``record``) and, while tracing, a plan's equations."""
-        if record and not self.prim.higher_order:
-            raise GraphError(
-                f"{self.prim.name}: its gradient cannot be differentiated (its VJP runs fused "
-                f"kernels); second derivatives, hvp, hessian, jacobian and jvp work through "
-                f"the other operations"
-            )
-        inputs = [
-            p if p is not None else (_constant(a) if _is_array(a) else a)
-            for p, a in zip(self.parents, self.inputs)
-        ]
-        if record and self.prim.saved is not None:  # saved values as functions of the inputs
-            aux = tuple(self.prim.saved(*inputs, **self.attrs))
-        else:
-            aux = tuple(_constant(a) for a in self.aux)
-        return self._run_rules(g, out, inputs, aux, True)
-
-    def _run_rules(self, g, out, inputs, aux, tensors: bool) -> list:
-        prim, parents, attrs = self.prim, self.parents, self.attrs
-        if prim.aux:
-            attrs = {**attrs, "aux": aux}
-        if prim.vjp_all is not None:
-            needs = tuple(p is not None for p in parents)
-            grads = list(prim.vjp_all(g, out, needs, *inputs, **attrs))
-        else:
-            grads = [
-                None if p is None else rule(g, out, *inputs, **attrs)
-                for p, rule in zip(parents, prim.vjps)
-            ]
-        for i, (p, gi) in enumerate(zip(parents, grads)):
-            if p is None or gi is None:
-                continue
-            x = inputs[i]
-            if tensors:
-                if not isinstance(gi, Tensor):
-                    gi = _constant(gi if is_array(gi) else asarray(gi, like=x.data))
-            elif type(gi) is not np.ndarray and not on_device(gi):
-                gi = np.asarray(gi)
-            if prim.broadcasting and gi.shape != x.shape:
-                gi = registry.run(sum_to, gi, shape=x.shape)
-            if gi.shape != x.shape:
-                raise GraphError(
-                    f"internal error: VJP of {prim.name} returned a gradient of shape {gi.shape} "
-                    f"for input {i} of shape {x.shape}"
-                )
-            if gi.dtype != p.dtype:  # each input its gradient in its own dtype (promotion)
-                gi = gi.astype(p.dtype)
-            grads[i] = gi
-        return grads
-
-    def release(self):
-        self.parents = self.inputs = self.out = self.attrs = self.aux = None
-        self.released = True
-
-
-def _is_array(a) -> bool:
-    return is_array(a)
-
-
-def _constant(a) -> Tensor:
-    """An array as a Tensor that records nothing (a constant of a recorded rule)."""
-    return Tensor._make(a, None, False)
-
-
-def _lift(prim, args: tuple) -> list:
-    """The operands of an elementwise primitive as arrays in the dtype it computes in
-    (PyTorch's type promotion, one rule: ``promotion.py``)."""
-    data = [a.data if isinstance(a, Tensor) else a for a in args]
-    first = data[0]
-    dtype = first.dtype if type(first) is np.ndarray and first.dtype.kind == "f" else None
-    for d in data:  # every operand a float array of one dtype: nothing to do (the usual case)
-        if dtype is None or type(d) is not np.ndarray or d.dtype != dtype:
-            return promote(prim.name, data)
-    return data
-
-
-def _check_dtypes(prim, arrays) -> None:
-    dtype = None
-    mixed = False
-    for d in arrays:
-        if type(d) is not np.ndarray:
-            mixed = mixed or on_device(d)
-            if not is_array(d):
-                continue
-        if d.dtype.kind == "f":
-            if dtype is None:
-                dtype = d.dtype
-            elif d.dtype != dtype:
-                raise DTypeError(
-                    f"{prim.name}: operands have dtypes {dtype} and {d.dtype}; like PyTorch, "
-                    f"{prim.name} does not promote (only elementwise operations do), cast one "
-                    f"explicitly with .astype()"
-                )
-    if mixed:
-        check_same_device(prim.name, arrays)
-
-
-def apply(prim, *args, **attrs):
-    """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it.
-
-    Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
-    if _TRACING.active is not None:  # a .grad read inside a traced step: its traced value
-        args = tuple(traced(a) for a in args)
-    if (
-        prim.composite is not None
-        and _GradMode.enabled
-        and any(isinstance(a, Tensor) and a.requires_grad for a in args)
-    ):  # a fused kernel inside a graph being recorded: what it computes, differentiably
-        return prim.composite(*args, **attrs)
-    arrays = None
-    if prim.broadcasting and len(args) == 2:  # the usual binary case, without a loop
-        a, b = args
-        da = a.data if isinstance(a, Tensor) else a
-        db = b.data if isinstance(b, Tensor) else b
-        if type(da) is np.ndarray and type(db) is np.ndarray and da.dtype is db.dtype:
-            if da.dtype.kind == "f":
-                arrays = [da, db]
-    if arrays is None:
-        if prim.broadcasting:
-            arrays = _lift(prim, args)
-        else:
-            arrays = [a.data if isinstance(a, Tensor) else a for a in args]
-        if len(arrays) > 1:
-            _check_dtypes(prim, arrays)
-    try:
-        out = prim.forward(*arrays, **attrs)
-    except (ValueError, IndexError) as e:
-        if isinstance(e, (ShapeError, DTypeError)):
-            raise
-        shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in arrays)
-        error = IndexOutOfRange if isinstance(e, IndexError) else ShapeError
-        said = str(e) if str(e).startswith(f"{prim.name}:") else f"{prim.name}: {e}"
-        raise error(f"{said} (input shapes: {shapes})") from e
-    aux = ()
-    packed = type(out) is tuple
-    if packed:
-        if not prim.aux:
-            return _apply_multi(prim, args, arrays, attrs, out)
-        out, *aux = out
-        aux = tuple(aux)
-    if type(out) is not np.ndarray and not on_device(out):
-        out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
-    site = None
-    if anomaly._Mode.enabled:
-        site = anomaly.call_site()
-        anomaly.check_forward(prim, arrays, out, site)
-    result = None
-    if _GradMode.enabled and prim.differentiable:
-        mask = prim.diff_mask
-        if mask is None:
-            parents = tuple(a if isinstance(a, Tensor) and a.requires_grad else None for a in args)
-        else:
-            parents = tuple(
-                a if isinstance(a, Tensor) and a.requires_grad and m else None
-                for a, m in zip(args, mask)
-            )
-        if any(p is not None for p in parents):
-            result = Tensor._make(out, Node(prim, parents, arrays, out, attrs, aux, site), True)
-    if result is None:
-        result = Tensor._make(out, None, False)
-    trace = _TRACING.active
-    if trace is not None:
-        trace.record_eq(prim, args, arrays, attrs, (result,), aux, packed)
-        if prim.effect:
-            trace.resnapshot()  # a recorded change (tg.assign): replays repeat it
-    return result
-
-
-def _apply_multi(prim, args, arrays, attrs, outs) -> tuple:
-    """A multi-output primitive (a fused backward kernel): Tensors that record no graph."""
-    if _GradMode.enabled and any(isinstance(a, Tensor) and a.requires_grad for a in args):
-        raise GraphError(
-            f"{prim.name}: a fused backward kernel cannot be differentiated (the operation "
-            f"whose gradient it computes is first-order only)"
-        )
-    results = tuple(Tensor._make(o if is_array(o) else np.asarray(o), None, False) for o in outs)
-    trace = _TRACING.active
-    if trace is not None:
-        trace.record_eq(prim, args, arrays, attrs, results, (), True)
-    return results
+from .backend import asarray, is_array, xp_of
+from .core.primitive import Node, _constant, apply  # noqa: F401  (Node, apply: re-exported)
+from .core.state import _TRACING, _GradMode, enable_grad, is_grad_enabled, no_grad  # noqa: F401
+from .core.state import TensorBase as Tensor  # every tensor is one (tensor.py adds the methods)
+from .errors import DTypeError, GraphError, ShapeError
 
 
 def toposort(*roots: Tensor) -> list[Tensor]:
@@ -467,8 +231,3 @@ def gradients(
             g = _constant(g if is_array(g) else np.asarray(g))
         result.append(g)
     return tuple(result)
-
-
-registry._engine_apply = apply
-registry._recording = is_grad_enabled
-registry._Tensor = Tensor

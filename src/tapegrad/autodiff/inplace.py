@@ -33,14 +33,16 @@ import weakref
 
 import numpy as np
 
+from .core import TensorBase as Tensor  # every tensor is one (tensor.py adds the methods)
+from .core import TraceError, is_grad_enabled, new_tensor, state
+from .core.primitive import Node
+from .core.state import _TRACING
 from .errors import DTypeError, GraphError, ShapeError
-from .graph import Node, is_grad_enabled
 from .primitives.elementwise import astype, clip
-from .primitives.indexing import _index_put, _index_put_inplace, split_index
 from .primitives.pointwise import int_arith
 from .primitives.shape import broadcast_to
-from .primitives.update import assign
-from .tensor import _TRACING, Tensor
+from .primitives.subscript import _index_put, _index_put_inplace, split_index
+from .primitives.update import _assign
 from .traced_grads import traced
 
 
@@ -53,7 +55,7 @@ class _Probe:
 
 
 def _calibrate(path: str) -> int:
-    d = Tensor(np.zeros(1, np.float32))
+    d = new_tensor(np.zeros(1, np.float32))
     _Probe.active = path
     try:
         if path == "setitem":
@@ -93,7 +95,7 @@ _KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace -> its s
 def _shadow(x: Tensor) -> Tensor:
     """A tensor for ``x``'s current state (array and node), standing in for ``x`` in the
     operations recorded before an update; a trace maps it where it maps ``x``."""
-    s = Tensor._make(x.data, x._node, x.requires_grad)
+    s = state.make_tensor(x.data, x._node, x.requires_grad)
     trace = _TRACING.active
     if trace is not None:
         v = trace.var_of.get(id(x))
@@ -125,11 +127,49 @@ def _saved_by_graph(x: Tensor) -> bool:
     return sys.getrefcount(arr) > 3 and _live_graph_holds(arr)
 
 
+def assign(target, value):
+    """Write ``value`` into ``target``'s array in place (broadcast to its shape; a float value
+    must have target's dtype) and return ``target``. Compiled plans replay the write."""
+    if not isinstance(target, Tensor):
+        raise TypeError(f"assign: the target must be a Tensor, got {type(target).__name__}")
+    if target._node is not None:
+        raise GraphError(
+            f"assign: the target (shape {target.shape}) was computed by recorded operations, "
+            f"whose backward pass may read it; assign into a leaf tensor (a buffer or parameter)"
+        )
+    if target.requires_grad and is_grad_enabled():
+        raise GraphError(
+            f"assign: the target (shape {target.shape}) requires grad; an in-place change to it "
+            f"while gradients are recorded would corrupt them: wrap it in tg.no_grad()"
+        )
+    if _saved_by_graph(target):
+        raise GraphError(
+            f"assign: the target's array (shape {target.shape}) was saved by a recorded "
+            f"operation for its backward pass; writing into it would change that gradient. "
+            f"Assign after backward(), or into a copy"
+        )
+    target_dtype = target.data.dtype
+    if not isinstance(value, Tensor) and not isinstance(value, np.ndarray):
+        value = np.asarray(value)
+        if value.dtype.kind in "iuf" and np.can_cast(value, target_dtype, "same_kind"):
+            value = value.astype(target_dtype)  # a Python number takes the target's dtype
+    vdtype = value.dtype if not isinstance(value, Tensor) else value.data.dtype
+    if not np.can_cast(vdtype, target_dtype, "same_kind") or (
+        target_dtype.kind == "f" and vdtype.kind == "f" and vdtype != target_dtype
+    ):
+        hint = (
+            " (tapegrad's arithmetic on integer tensors gives floats: b.add_(1) stays exact)"
+            if target_dtype.kind in "iu"
+            else ", cast it with .astype()"
+        )
+        raise DTypeError(f"assign: a {target_dtype} target cannot take a {vdtype} value{hint}")
+    _assign(target, value)
+    return target
+
+
 def _outside_check(x: Tensor, what: str) -> None:
     trace = _TRACING.active
     if trace is not None and id(x) not in trace.var_of and id(x) not in trace.made_inside:
-        from .plan import TraceError
-
         raise TraceError(
             f"{what}: the tensor (shape {x.shape}) comes from outside the compiled function; a "
             f"recorded update would give it a new array on every call, which the plan cannot "
@@ -260,7 +300,7 @@ def inplace(x: Tensor, what: str, compute, path: str = "method") -> Tensor:
         if before is not x:
             _reroute(x, before, refcount, path)
         if not isinstance(value, Tensor):
-            value = Tensor(np.broadcast_to(np.asarray(value, x.dtype), x.shape).copy())
+            value = new_tensor(np.broadcast_to(np.asarray(value, x.dtype), x.shape).copy())
         elif value.shape != x.shape or value is before:
             value = astype(broadcast_to(value, x.shape), x.dtype)  # a copy, not a view
         _rebind(x, value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .inplace import assign  # noqa: F401  (the in-place form over the assign primitive)
 from .primitives.conv import (  # noqa: F401
     conv1d,
     conv2d,
@@ -92,7 +93,6 @@ from .primitives.shape import (  # noqa: F401
     concatenate,
     expand_dims,
     flatten,
-    getitem,
     pad,
     permute,
     reshape,
@@ -100,7 +100,6 @@ from .primitives.shape import (  # noqa: F401
     stack,
     transpose,
 )
-from .primitives.update import assign  # noqa: F401
 
 abs = absolute  # noqa: A001
 pow = power  # noqa: A001
@@ -113,15 +112,9 @@ from .primitives.einsum import einsum  # noqa: E402, F401
 from .primitives.indexing import (  # noqa: E402, F401
     gather,
     index_add,
-    index_get,
-    index_put,
     index_select,
-    masked_fill,
-    masked_select,
-    nonzero,
     scatter,
     scatter_add,
-    scatter_reduce,
     take,
 )
 from .primitives.integer import (  # noqa: E402, F401
@@ -166,7 +159,16 @@ from .primitives.pointwise import (  # noqa: E402, F401
     remainder,
 )
 from .primitives.scan import cummax, cummin, cumprod, cumsum, logcumsumexp, prod  # noqa: E402, F401
+from .primitives.scatter_reduce import scatter_reduce  # noqa: E402, F401
 from .primitives.sort import argsort, sort, topk  # noqa: E402, F401
+from .primitives.subscript import (  # noqa: E402, F401
+    getitem,
+    index_get,
+    index_put,
+    masked_fill,
+    masked_select,
+    nonzero,
+)
 
 concat = cat  # PyTorch's other name
 div = divide  # PyTorch's div: true division, or rounded with rounding_mode=

@@ -15,25 +15,11 @@ import numpy as np
 
 from . import backend
 from .backend import default_dtype, to_host, xp_of
-
-
-class _TRACING:
-    """The trace being recorded by ``tapegrad.compile`` (None when not tracing)."""
-
-    active = None
-
-
-def _untraceable(t: Tensor, what: str) -> None:
-    trace = _TRACING.active
-    if trace is not None and trace.is_traced(t):
-        from .plan import TraceError
-
-        raise TraceError(
-            f"{what} of a traced tensor inside a compiled function: its value is only known "
-            f"while tracing, so the plan could not replay this. Return the tensor and use its "
-            f"value outside the compiled function, or compute with tapegrad operations "
-            f"(tg.where instead of if/else)"
-        )
+from .core.state import _TRACING, TensorBase, effect, register_tensor_class  # noqa: F401
+from .core.state import untraceable as _untraceable
+from .errors import TraceError
+from .graph import backward as _backward
+from .tensor_ops import TensorOps, _axis_args
 
 
 def _as_array(data, dtype, device=None) -> np.ndarray:
@@ -56,14 +42,16 @@ def _as_array(data, dtype, device=None) -> np.ndarray:
     return arr
 
 
-class Tensor:
+class Tensor(TensorOps, TensorBase):
     """An n-dimensional array that records the operations applied to it for reverse-mode AD.
 
     ``requires_grad=True`` marks a leaf whose gradient ``backward()`` accumulates into ``.grad``
     (an ndarray of the same shape and dtype). Only float tensors can require grad.
+    Its data fields (and ``_make``) are the core's :class:`~tapegrad.autodiff.core.TensorBase`;
+    the methods in PyTorch's forms with ``dim=`` beside ``axis=`` are ``tensor_ops.TensorOps``'s.
     """
 
-    __slots__ = ("data", "_grad", "_grad_t", "requires_grad", "_node", "_retain", "__weakref__")
+    __slots__ = ()
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operators
 
     def __init__(self, data, requires_grad: bool = False, dtype=None, device=None):
@@ -77,17 +65,6 @@ class Tensor:
         self._retain = False
         if _TRACING.active is not None:
             _TRACING.active.made_inside.add(id(self))
-
-    @classmethod
-    def _make(cls, data: np.ndarray, node, requires_grad: bool) -> Tensor:
-        t = object.__new__(cls)
-        t.data = data
-        t._grad = None
-        t._grad_t = None
-        t.requires_grad = requires_grad
-        t._node = node
-        t._retain = False
-        return t
 
     # -- plain attributes ------------------------------------------------------------------
     shape = property(lambda self: self.data.shape)
@@ -154,14 +131,10 @@ class Tensor:
         trace = _TRACING.active
         if trace is not None:
             if value is not None:
-                from .plan import TraceError
-
                 raise TraceError(
                     "assigning an array to .grad inside a compiled function cannot "
                     "be replayed; clear gradients with zero_grad() or .grad = None"
                 )
-            from .plan import effect
-
             effect(lambda: setattr(self, "_grad", None), ".grad = None")
             return
         self._grad = value
@@ -177,10 +150,8 @@ class Tensor:
         With ``create_graph=True`` the gradients are computed with recorded operations, so they
         can be differentiated again: each leaf's :attr:`grad_tensor` then holds its gradient as a
         Tensor with a graph (``.grad`` keeps the values), and the graph is retained."""
-        from .graph import backward
-
         retain = create_graph if retain_graph is None else retain_graph
-        backward(self, gradient, retain, create_graph)
+        _backward(self, gradient, retain, create_graph)
 
     @property
     def grad_tensor(self):
@@ -468,293 +439,48 @@ class Tensor:
     def astype(self, dtype):
         return astype(self, dtype)
 
-    # -- issue 14: more operations as methods, in PyTorch's forms (dim= beside axis=) ----------
-    def cumsum(self, axis=None, *, dim=None):
-        return _ops.cumsum(self, _axis_args("cumsum", axis, False, dim, None)[0])
-
-    def cumprod(self, axis=None, *, dim=None):
-        return _ops.cumprod(self, _axis_args("cumprod", axis, False, dim, None)[0])
-
-    def logcumsumexp(self, axis=None, *, dim=None):
-        return _ops.logcumsumexp(self, _axis_args("logcumsumexp", axis, False, dim, None)[0])
-
-    def cummax(self, axis=None, *, dim=None):
-        return _ops.cummax(self, _axis_args("cummax", axis, False, dim, None)[0])
-
-    def cummin(self, axis=None, *, dim=None):
-        return _ops.cummin(self, _axis_args("cummin", axis, False, dim, None)[0])
-
-    def prod(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        return _ops.prod(self, *_axis_args("prod", axis, keepdims, dim, keepdim))
-
-    def sort(self, axis=-1, descending=False, *, dim=None, stable=False):  # always stable
-        return _ops.sort(self, _axis_args("sort", axis, False, dim, None, -1)[0], descending)
-
-    def argsort(self, axis=-1, descending=False, *, dim=None, stable=False):  # always stable
-        return _ops.argsort(self, _axis_args("argsort", axis, False, dim, None, -1)[0], descending)
-
-    def topk(self, k, axis=-1, largest=True, sorted=True, *, dim=None):  # noqa: A002
-        axis = _axis_args("topk", axis, False, dim, None, -1)[0]
-        return _ops.topk(self, k, axis, largest, sorted)
-
-    def flip(self, *axes, dims=None, axis=None):
-        """``x.flip(0)``, ``x.flip(0, 1)``, ``x.flip((0, 1))`` or ``x.flip(dims=...)``."""
-        given = [a for a in (axes or None, dims, axis) if a is not None]
-        if len(given) > 1:
-            raise TypeError("flip: give the axes once (positionally, dims= or axis=)")
-        chosen = given[0] if given else None
-        if isinstance(chosen, tuple) and len(chosen) == 1 and isinstance(chosen[0], (tuple, list)):
-            chosen = chosen[0]
-        return _ops.flip(self, chosen)
-
-    def roll(self, shifts, dims=None, *, axis=None):
-        if dims is not None and axis is not None:
-            raise TypeError("roll: give dims or axis, not both")
-        return _ops.roll(self, shifts, dims if dims is not None else axis)
-
-    def repeat(self, *sizes):
-        """PyTorch's ``repeat``: tiled ``sizes[i]`` times along axis i (not NumPy's repeat,
-        which is :meth:`repeat_interleave`)."""
-        from .primitives.movement import repeat
-
-        return repeat(self, *sizes)
-
-    def tile(self, *reps):
-        return _ops.tile(self, reps[0] if len(reps) == 1 else reps)
-
-    def repeat_interleave(self, repeats, axis=None, *, dim=None):
-        return _ops.repeat_interleave(
-            self, repeats, _axis_args("repeat_interleave", axis, False, dim, None)[0]
-        )
-
-    def tril(self, diagonal=0):
-        return _ops.tril(self, diagonal)
-
-    def triu(self, diagonal=0):
-        return _ops.triu(self, diagonal)
-
-    def diag(self, diagonal=0):
-        return _ops.diag(self, diagonal)
-
-    def diagonal(self, offset=0, dim1=0, dim2=1):
-        return _ops.diagonal(self, offset, dim1, dim2)
-
-    def split(self, split_size, axis=0, *, dim=None):
-        """PyTorch's ``split``: pieces of ``split_size`` entries (or of the listed sizes)."""
-        return _ops.split(self, split_size, _axis_args("split", axis, False, dim, None, 0)[0])
-
-    def chunk(self, chunks, axis=0, *, dim=None):
-        return _ops.chunk(self, chunks, _axis_args("chunk", axis, False, dim, None, 0)[0])
-
-    def unbind(self, axis=0, *, dim=None):
-        return _ops.unbind(self, _axis_args("unbind", axis, False, dim, None, 0)[0])
-
-    def unfold(self, dimension, size, step):
-        """The windows of ``size`` entries, ``step`` apart, along ``dimension`` (a new last
-        axis holds each window)."""
-        from .primitives.movement import unfold
-
-        return unfold(self, dimension, size, step)
-
-    def gather(self, axis, index):
-        return _ops.gather(self, axis, index)
-
-    def scatter(self, axis, index, src=None, *, value=None):
-        if (src is None) == (value is None):
-            raise TypeError("scatter: give src or value (one of them)")
-        return _ops.scatter(self, axis, index, src if value is None else value)
-
-    def scatter_add(self, axis, index, src):
-        return _ops.scatter_add(self, axis, index, src)
-
-    def scatter_reduce(self, axis, index, src, reduce, *, include_self=True):
-        return _ops.scatter_reduce(self, axis, index, src, reduce, include_self)
-
-    def index_select(self, axis, index):
-        return _ops.index_select(self, axis, index)
-
-    def index_add(self, axis, index, source, *, alpha=1):
-        return _ops.index_add(self, axis, index, source, alpha)
-
-    def index_put(self, indices, values, accumulate=False):
-        return _ops.index_put(self, indices, values, accumulate)
-
-    def take(self, index):
-        """The entries ``index`` of the flattened tensor (PyTorch's ``take``)."""
-        return _ops.take(self, index)
-
-    def masked_fill(self, mask, value):
-        return _ops.masked_fill(self, mask, value)
-
-    def masked_select(self, mask):
-        return _ops.masked_select(self, mask)
-
-    def nonzero(self, *, as_tuple=False):
-        return _ops.nonzero(self, as_tuple=as_tuple)
-
-    def lerp(self, end, weight):
-        return _ops.lerp(self, end, weight)
-
-    def copysign(self, other):
-        return _ops.copysign(self, other)
-
-    def fmod(self, other):
-        return _ops.fmod(self, other)
-
-    def remainder(self, other):
-        return _ops.remainder(self, other)
-
-    def __mod__(self, o):
-        return _ops.remainder(self, o)
-
-    def __rmod__(self, o):
-        return _ops.remainder(o, self)
-
-    def logaddexp(self, other):
-        return _ops.logaddexp(self, other)
-
-    def isnan(self):
-        return _ops.isnan(self)
-
-    def isinf(self):
-        return _ops.isinf(self)
-
-    def isfinite(self):
-        return _ops.isfinite(self)
-
-    def isclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
-        return _ops.isclose(self, other, rtol, atol, equal_nan)
-
-    def logical_and(self, other):
-        return _ops.logical_and(self, other)
-
-    def logical_or(self, other):
-        return _ops.logical_or(self, other)
-
-    def logical_xor(self, other):
-        return _ops.logical_xor(self, other)
-
-    def logical_not(self):
-        return _ops.logical_not(self)
-
-    # & | ^ ~ << >> on integer and bool tensors (on bools & | ^ ~ are the logical operations)
-    def __and__(self, o):
-        return _ops.bitwise_and(self, o)
-
-    def __rand__(self, o):
-        return _ops.bitwise_and(o, self)
-
-    def __or__(self, o):
-        return _ops.bitwise_or(self, o)
-
-    def __ror__(self, o):
-        return _ops.bitwise_or(o, self)
-
-    def __xor__(self, o):
-        return _ops.bitwise_xor(self, o)
-
-    def __rxor__(self, o):
-        return _ops.bitwise_xor(o, self)
-
-    def __invert__(self):
-        return _ops.bitwise_not(self)
-
-    def __lshift__(self, o):
-        return _ops.left_shift(self, o)
-
-    def __rlshift__(self, o):
-        return _ops.left_shift(o, self)
-
-    def __rshift__(self, o):
-        return _ops.right_shift(self, o)
-
-    def __rrshift__(self, o):
-        return _ops.right_shift(o, self)
-
-    def __floordiv__(self, o):
-        return _ops.floor_divide(self, o)
-
-    def __rfloordiv__(self, o):
-        return _ops.floor_divide(o, self)
-
-    def div(self, other, *, rounding_mode=None):
-        return _ops.divide(self, other, rounding_mode=rounding_mode)
-
-    def clamp(self, min=None, max=None):  # noqa: A002 - PyTorch's names
-        return clip(self, min, max)
-
-    def clone(self):
-        """A copy with its own array, recorded (the gradient flows back to this tensor)."""
-        return astype(self, self.data.dtype)
-
     # -- x[index] = value and in-place methods (see autodiff/inplace.py for the rules) ---------
     def __setitem__(self, index, value):
-        from .inplace import setitem
-
-        setitem(self, index, value)
+        _inplace.setitem(self, index, value)
 
     def add_(self, other, *, alpha=1):
-        from . import inplace
-
-        return inplace.add_(self, other, alpha)
+        return _inplace.add_(self, other, alpha)
 
     def sub_(self, other, *, alpha=1):
-        from . import inplace
-
-        return inplace.sub_(self, other, alpha)
+        return _inplace.sub_(self, other, alpha)
 
     def mul_(self, other):
-        from . import inplace
-
-        return inplace.mul_(self, other)
+        return _inplace.mul_(self, other)
 
     def div_(self, other):
-        from . import inplace
-
-        return inplace.div_(self, other)
+        return _inplace.div_(self, other)
 
     def zero_(self):
-        from . import inplace
-
-        return inplace.zero_(self)
+        return _inplace.zero_(self)
 
     def fill_(self, value):
-        from . import inplace
-
-        return inplace.fill_(self, value)
+        return _inplace.fill_(self, value)
 
     def copy_(self, src):
-        from . import inplace
-
-        return inplace.copy_(self, src)
+        return _inplace.copy_(self, src)
 
     def clamp_(self, min=None, max=None):  # noqa: A002 - PyTorch's names
-        from . import inplace
-
-        return inplace.clamp_(self, min, max)
+        return _inplace.clamp_(self, min, max)
 
     clip_ = clamp_
 
     # x += y and the like change x as add_ does (PyTorch's meaning; NumPy's too for arrays)
     def __iadd__(self, o):
-        from . import inplace
-
-        return inplace.add_(self, o, path="augmented")
+        return _inplace.add_(self, o, path="augmented")
 
     def __isub__(self, o):
-        from . import inplace
-
-        return inplace.sub_(self, o, path="augmented")
+        return _inplace.sub_(self, o, path="augmented")
 
     def __imul__(self, o):
-        from . import inplace
-
-        return inplace.mul_(self, o, path="augmented")
+        return _inplace.mul_(self, o, path="augmented")
 
     def __itruediv__(self, o):
-        from . import inplace
-
-        return inplace.div_(self, o, path="augmented")
+        return _inplace.div_(self, o, path="augmented")
 
     # -- devices and dtypes, PyTorch's way ----------------------------------------------------
     @property
@@ -801,6 +527,9 @@ class Tensor:
 
     def bool(self):
         return self.to(np.bool_)
+
+
+register_tensor_class(Tensor)  # the core's operations return Tensors
 
 
 class MaxMin(NamedTuple):
@@ -882,36 +611,14 @@ def _to_args(args, kwargs):
     return dtype, device
 
 
-def _max_min(x, reduce, arg, dim, keepdim, axis, keepdims):
-    """``Tensor.max``/``min``: the values over ``axis`` (NumPy's form, or a tuple of dims),
-    ``(values, indices)`` over one int ``dim`` (PyTorch's form)."""
-    if isinstance(dim, (tuple, list)):  # several axes: values only, as NumPy
-        dim, axis = None, dim
-    args = _axis_args(reduce.__name__, axis, keepdims, dim, keepdim)
-    if dim is None:
-        return reduce(x, *args)
-    return MaxMin(reduce(x, *args), arg(x, *args))
-
-
-def _axis_args(op, axis, keepdims, dim, keepdim, default=None):
-    """(axis, keepdims) from NumPy's names or PyTorch's (``dim``, ``keepdim``), not both."""
-    if dim is not None:
-        if axis is not default:
-            raise TypeError(f"{op}: give axis or dim, not both")
-        axis = dim
-    if keepdim is not None:
-        keepdims = keepdim
-    return axis, bool(keepdims)
-
-
 def _shape_arg(shape) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     return tuple(int(n) for n in shape)
 
 
-# The operations the methods above delegate to; imported last because they import Tensor.
-from . import ops as _ops  # noqa: E402  (issue 14's operations, for the methods above)
+# The operations the methods above delegate to.
+from . import inplace as _inplace  # noqa: E402  (x[i] = v and the in-place methods)
 from .graph import apply as _apply  # noqa: E402  (the operators call it directly)
 from .ops import (  # noqa: E402
     absolute,
@@ -960,3 +667,14 @@ from .ops import (  # noqa: E402
 )
 from .primitives.device import to_device  # noqa: E402
 from .primitives.elementwise import div  # noqa: E402  (the primitive: ops.div takes rounding_mode)
+
+
+def _max_min(x, reduce, arg, dim, keepdim, axis, keepdims):
+    """``Tensor.max``/``min``: the values over ``axis`` (NumPy's form, or a tuple of dims),
+    ``(values, indices)`` over one int ``dim`` (PyTorch's form)."""
+    if isinstance(dim, (tuple, list)):  # several axes: values only, as NumPy
+        dim, axis = None, dim
+    args = _axis_args(reduce.__name__, axis, keepdims, dim, keepdim)
+    if dim is None:
+        return reduce(x, *args)
+    return MaxMin(reduce(x, *args), arg(x, *args))

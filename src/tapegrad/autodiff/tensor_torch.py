@@ -148,13 +148,19 @@ def element_size(self) -> int:
     return int(self.data.dtype.itemsize)
 
 
+_FUNCTIONS = {
+    "negative": ops.neg,
+    "clamp_min": lambda x, min: ops.clip(x, min, None),  # noqa: A006
+    "clamp_max": lambda x, max: ops.clip(x, None, max),  # noqa: A006
+}
+
+
 def _function_method(name: str):
     """The method ``x.name(...)`` as ``tg.name(x, ...)`` (PyTorch has both forms)."""
+    fn = _FUNCTIONS.get(name) or getattr(ops, name)
 
     def method(self, *args, **kwargs):
-        import tapegrad  # the functions live in the package (ops, compat_ops)
-
-        return getattr(tapegrad, name)(self, *args, **kwargs)
+        return fn(self, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``tg.{name}(self, ...)``."

@@ -21,9 +21,11 @@ import operator
 
 import numpy as np
 
+from .core import state
+from .core.primitive import Primitive
+from .core.state import _TRACING
+from .core.state import TensorBase as Tensor  # every tensor is one (tensor.py adds the methods)
 from .errors import GraphError, TraceError
-from .primitives.registry import Primitive
-from .tensor import _TRACING, Tensor
 
 
 def _read_grad_forward(*, tensor: Tensor, out=None):
@@ -179,6 +181,9 @@ def _view(value: Tensor, trace) -> GradView:
 
 def read(trace, t: Tensor) -> GradView:
     """Record a read of ``t.grad`` in ``trace`` and return the view the step gets."""
-    value = Tensor._make(t._grad.copy(), None, False)
+    value = state.make_tensor(t._grad.copy(), None, False)
     trace.record_eq(READ_GRAD, (), (), {"tensor": t}, (value,), ())
     return _view(value, trace)
+
+
+_TRACING.lift = traced  # the core's apply passes each argument through it while tracing

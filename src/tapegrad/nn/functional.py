@@ -15,11 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff import backend, ops
-from ..autodiff.backend import beside
 from ..autodiff.errors import ShapeError
 from ..autodiff.graph import no_grad
 from ..autodiff.tensor import Tensor
-from . import init as _init
+from ._functional.dense import dropout, dropout1d, dropout2d, linear  # noqa: F401
 
 ArrayLike = Tensor | np.ndarray
 
@@ -139,65 +138,6 @@ def identity(x: Tensor) -> Tensor:
 
 
 # -- dense, dropout ----------------------------------------------------------------------------
-def linear(x: ArrayLike, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight.T + bias`` for ``x`` of shape ``(..., in)``, ``weight (out, in)``.
-
-    Inputs of rank above 2 are folded to one ``(rows, in)`` matrix first, so the weight
-    gradient is one matrix product rather than a batch of them.
-    """
-    shape = x.shape
-    if len(shape) > 2:
-        x = ops.reshape(x, (-1, shape[-1]))
-    y = ops.matmul(x, ops.transpose(weight))
-    if bias is not None:
-        y = y + bias
-    if len(shape) > 2:
-        y = ops.reshape(y, (*shape[:-1], weight.shape[0]))
-    return y
-
-
-def dropout(
-    x: ArrayLike, p: float = 0.5, training: bool = True, rng: np.random.Generator | None = None
-) -> Tensor:
-    """Inverted dropout: zero each entry with probability ``p`` and scale the survivors by
-    ``1 / (1 - p)``, so the expectation is unchanged and evaluation needs no rescaling.
-    Identity when ``training`` is false or ``p == 0``. ``rng=None`` uses ``nn.init``'s
-    default generator."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
-    if not isinstance(x, Tensor):
-        x = Tensor(x)
-    if not training or p == 0.0:
-        return x
-    dtype = x.dtype
-    if p == 1.0:
-        return x * beside(x, np.zeros(x.shape, dtype=dtype))
-    gen = rng if rng is not None else _init.default_generator()
-    return x * ops.dropout_mask(x, p=float(p), rng=gen)
-
-
-def dropout2d(
-    x: ArrayLike, p: float = 0.5, training: bool = True, rng: np.random.Generator | None = None
-) -> Tensor:
-    """Channel dropout: zero whole channels of ``x (N, C, H, W)`` (or ``(N, C, L)``) with
-    probability ``p``, one draw per sample and channel, and scale the kept ones by
-    ``1 / (1 - p)``. Identity when ``training`` is false or ``p == 0``; masks come from
-    ``rng`` (default ``nn.init``'s generator; a compiled step draws afresh every call)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout2d: p must be in [0, 1], got {p}")
-    if not isinstance(x, Tensor):
-        x = Tensor(x)
-    if x.ndim not in (3, 4):
-        raise ShapeError(f"dropout2d: input must be (N, C, H, W) or (N, C, L), got {x.shape}")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * beside(x, np.zeros(x.shape, dtype=x.dtype))
-    gen = rng if rng is not None else _init.default_generator()
-    one_per_channel = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.ndim - 2)]
-    return x * ops.dropout_mask(one_per_channel, p=float(p), rng=gen)
-
-
 # -- convolution, pooling, embedding -----------------------------------------------------------
 def conv1d(x: ArrayLike, weight: Tensor, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D convolution (cross-correlation) of ``x (N, C, L)`` with ``weight (O, C/groups, K)``;
@@ -548,7 +488,6 @@ from ._functional.losses import (  # noqa: E402
     smooth_l1_loss,
 )
 from ._functional.misc import (  # noqa: E402
-    dropout1d,
     normalize,
     one_hot,
     pairwise_distance,

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff import Tensor, backend
+from ..autodiff import Tensor
+from ..autodiff.kernels.dispatch import cuda_kernels
 from ..autodiff.kernels.optim import adam_update
 from .optimizer import Optimizer
 
@@ -59,7 +60,7 @@ class Adam(Optimizer):
         )
         state["step"] = step = state["step"] + 1
         update = adam_update
-        if backend.cuda_kernels(p) is not None:  # the CUDA kernel, for a GPU's arrays
+        if cuda_kernels(p) is not None:  # the CUDA kernel, for a GPU's arrays
             from ..autodiff.kernels.cuda.optim import adam_update as update
         update(
             p,

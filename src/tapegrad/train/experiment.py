@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import __version__, data, nn, optim
+from .. import data, nn, optim
 from ..data import DatasetError, Split
 from ..models import GENERIC, PRESETS, Preset, build_model, find_preset  # noqa: F401
 from ..safefile import describe_bytes, memory_limit, open_regular
+from ..version import __version__
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 DATASETS = ("mnist", "fashion-mnist", "imdb", "imdb-chars")

@@ -216,7 +216,7 @@ def _write_outputs(config: RunConfig, exp, records, info: dict, trainer) -> int:
     """Rank 0 writes --json, --csv, --plot and --save; :data:`EXIT_OUTPUT` if one or a
     checkpoint could not be written (each named, the weights saved elsewhere)."""
     # looked up at the call: tests replace them to make an output fail
-    from .. import save
+    from .. import serialization
     from . import plot, write_csv, write_json
 
     meta = {
@@ -235,6 +235,7 @@ def _write_outputs(config: RunConfig, exp, records, info: dict, trainer) -> int:
         title = f"{exp.preset.name} on {exp.dataset}"
         writers.append(("--plot", config.plot, lambda p: plot(p, records, title=title)))
     if config.save:
+        save = serialization.save_object
         writers.append(("--save", config.save, lambda p: save(exp.model, p, metadata=meta)))
     failed = write_outputs(
         writers,
@@ -342,7 +343,7 @@ def versions() -> dict:
     """The versions a run records: tapegrad, Python, NumPy, numba (and PyTorch if installed)."""
     import numba
 
-    from .. import __version__
+    from ..version import __version__
 
     out = {
         "tapegrad": __version__,

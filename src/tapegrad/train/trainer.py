@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__, nn
 from .. import distributed as dist
+from .. import nn
 from ..autodiff import Tensor, backend, compile, no_grad
 from ..autodiff.plan import reduce_gradients
 from ..data import Batches
 from ..distributed.sharded import ShardedStep
+from ..version import __version__
 from .checkpoint import CheckpointError, config_differences, find_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
 from .report import EpochRecord, table_footer, table_header, table_row

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import anomaly
 from .. import tensor as _tensor_mod
+from ..core.state import effect  # noqa: F401  (tg.effect; it lives in the core)
 from ..errors import TraceError
 from ..primitives.elementwise import _astype
 from ..tensor import Tensor
@@ -212,28 +213,6 @@ class Trace:
         eq = Eq(prim, ins, attrs, [out], False, anomaly.call_site())
         self.eq_of[out] = eq
         self.events.append(eq)
-
-
-def effect(fn: Callable[[], object], name: str | None = None):
-    """Run ``fn`` now and, while tracing, record it so every replay runs it at this point.
-
-    Optimisers wrap ``zero_grad`` with this, and so does gradient clipping, which
-    is what lets a compiled training step contain them. Wrap any other update a step makes to
-    arrays outside tapegrad operations (a hand-written parameter update, a counter) the same
-    way: ``tg.effect(lambda: sgd_update(params))``. What ``fn`` returns is returned now only.
-    ``name`` names the effect in messages (default: ``fn``'s name).
-    """
-    trace = _tensor_mod._TRACING.active
-    if trace is None:
-        return fn()
-    trace.check_untouched(f"before {name or getattr(fn, '__qualname__', 'an effect')}")
-    trace.record_call(fn)
-    _tensor_mod._TRACING.active = None  # an effect is opaque: nothing inside it is traced
-    try:
-        return fn()
-    finally:
-        _tensor_mod._TRACING.active = trace
-        trace.resnapshot()
 
 
 def _snapshot(t: Tensor) -> tuple:

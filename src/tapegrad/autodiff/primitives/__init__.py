@@ -19,8 +19,10 @@ from . import (  # noqa: F401
     recurrent,
     reduce,
     scan,
+    scatter_reduce,
     shape,
     sort,
+    subscript,
     update,
 )
 from .registry import REGISTRY, Primitive, Sample, primitive, register  # noqa: F401

@@ -48,3 +48,11 @@ def pick_axis(op: str, axis, keepdims, dim, keepdim, default=None) -> tuple:
             raise TypeError(f"{op}: give axis or dim, not both")
         axis = dim
     return axis, bool(keepdims if keepdim is None else keepdim)
+
+
+def _into(out, result: np.ndarray) -> np.ndarray:
+    """The forward contract: write into ``out`` when a buffer is given, else return a new array."""
+    if out is None:
+        return result
+    np.copyto(out, result)
+    return out

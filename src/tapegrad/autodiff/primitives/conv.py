@@ -31,9 +31,10 @@ import math
 
 import numpy as np
 
-from ..backend import as_strided, cuda_kernels, is_array, xp_of
+from ..backend import as_strided, is_array, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels import add_channel_bias, add_into, add_taps
+from ..kernels.dispatch import cuda_kernels
 from . import samples as S
 from .registry import Sample, differentiating, primitive, run, scratch
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels, xp_of
+from ..backend import xp_of
 from ..kernels import relu_max_pool_backward, relu_max_pool_forward
+from ..kernels.dispatch import cuda_kernels
 from ..kernels.fused import bias_relu_backward, bias_relu_forward
 from ..kernels.pool import pool_arg_dtype
 from . import samples as S

@@ -15,11 +15,13 @@ import math
 import numpy as np
 
 from ..backend import asarray
+from ..core.state import untraceable as _untraceable
 from ..errors import ShapeError
 from .args import axes_of, dtype_of, one_axis, plain, shape_of
-from .indexing import ARRAY, _index_get, _index_put, _take
-from .shape import broadcast_to, concatenate, getitem, permute, reshape
+from .indexing import _take
+from .shape import broadcast_to, concatenate, permute, reshape
 from .shape import pad as _constant_pad
+from .subscript import ARRAY, _index_get, _index_put, getitem
 
 
 def _one_axis(op: str, axis, shape: tuple) -> int:
@@ -118,8 +120,6 @@ def tile(x, reps):
 def repeat_interleave(x, repeats, axis=None):
     """Each entry repeated ``repeats`` times (an int, or one count per entry along ``axis``)
     along ``axis`` (None: the flattened tensor); the gradient sums the copies."""
-    from ..tensor import _untraceable
-
     if hasattr(repeats, "requires_grad"):
         _untraceable(repeats, "repeat_interleave with a tensor of counts (the output shape)")
         repeats = repeats.data

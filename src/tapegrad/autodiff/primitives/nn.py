@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import asarray, cuda_kernels, is_array, xp_of
+from ..backend import asarray, is_array, xp_of
 from ..errors import ShapeError
 from ..kernels import scatter_add_rows
+from ..kernels.dispatch import cuda_kernels
 from ..kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from . import samples as S
 from .conv import _check_float, _check_rank, _data

@@ -15,9 +15,10 @@ import itertools
 
 import numpy as np
 
-from ..backend import cuda_kernels, is_array, xp_of
+from ..backend import is_array, xp_of
 from ..errors import ShapeError
 from ..kernels import max_pool_backward, max_pool_forward
+from ..kernels.dispatch import cuda_kernels
 from . import samples as S
 from .conv import _check_float, _check_rank, _interior, _padded_shape, _tuple_arg
 from .registry import Sample, primitive, run, scratch

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels
 from ..backend import xp_of as _xp
+from ..core.state import new_tensor
 from ..errors import ShapeError
 from ..kernels import recurrent as _cpu_kernels
+from ..kernels.dispatch import cuda_kernels
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
 
@@ -428,10 +429,9 @@ gru_scan = primitive(
 def _through_generic_ops(scan, g, arrays):
     """A scan's VJP computed by the engine's generic operations (``scan`` written with
     matmul, tanh, sigmoid, slices, stack): the reference the fused backward kernels match."""
-    from ..graph import gradients
-    from ..tensor import Tensor
+    from ..graph import gradients  # the backward pass (it imports only the core)
 
-    leaves = [Tensor(np.array(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    leaves = [new_tensor(np.array(a, dtype=np.float64), requires_grad=True) for a in arrays]
     grads = gradients(scan(*leaves), leaves, np.asarray(g, np.float64), allow_unused=True)
     return tuple(t.data for t in grads)
 

@@ -477,12 +477,6 @@ def any(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):  # noq
     return _truth(x, axis=normalize_axis(axis, _ndim(x), "any"), keepdims=keepdims, every=False)
 
 
-def _tensor(a):
-    from ..tensor import Tensor  # below the tensor module in the import order
-
-    return Tensor(a)
-
-
 def _plain(x):
     x = x.data if hasattr(x, "requires_grad") else x
     return x if is_array(x) else np.asarray(x)

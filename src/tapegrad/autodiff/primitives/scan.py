@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import cuda_kernels, expand_reduced, normalize_axis, ufunc_accumulate, xp_of
+from ..backend import expand_reduced, normalize_axis, ufunc_accumulate, xp_of
 from ..errors import DTypeError, ShapeError
+from ..kernels.dispatch import cuda_kernels
 from ..kernels.scan import linear_recurrence
 from . import samples as S
-from .args import axes_of, dtype_of, one_axis, shape_of
+from .args import _into, axes_of, dtype_of, one_axis, shape_of
 from .elementwise import exp
+from .indexing import gather
 from .registry import Sample, primitive, run
 from .shape import _concatenate, _getitem, _pad, _permute
 
@@ -47,14 +49,6 @@ class ValuesIndices(tuple):
 
     def __repr__(self) -> str:
         return f"ValuesIndices(values={self[0]!r}, indices={self[1]!r})"
-
-
-def _into(out, result: np.ndarray) -> np.ndarray:
-    """The forward contract: write into ``out`` when a buffer is given, else return a new array."""
-    if out is None:
-        return result
-    np.copyto(out, result)
-    return out
 
 
 def _along(axis: int, ndim: int, part) -> tuple:
@@ -408,8 +402,6 @@ def logcumsumexp(x, axis=None):
 
 
 def _cum_extreme(op, largest, x, axis):
-    from .indexing import gather  # gather builds on the index primitives
-
     if dtype_of(x).kind not in "fiub":
         raise DTypeError(f"{op}: needs a numeric tensor, got dtype {dtype_of(x)}")
     x, ax, restore = _scan_axis(op, x, axis)

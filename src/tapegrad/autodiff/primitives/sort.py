@@ -13,9 +13,10 @@ import numpy as np
 from ..backend import xp_of
 from ..errors import DTypeError, ShapeError
 from . import samples as S
-from .args import dtype_of, one_axis, shape_of
+from .args import _into, dtype_of, one_axis, shape_of
+from .indexing import gather
 from .registry import Sample, primitive
-from .scan import ValuesIndices, _into
+from .scan import ValuesIndices
 
 
 def _argsort_fwd(x, axis, descending, out=None):
@@ -139,8 +140,6 @@ def argsort(x, axis: int = -1, descending: bool = False):
 def sort(x, axis: int = -1, descending: bool = False) -> ValuesIndices:
     """``(values, indices)``: ``x`` sorted along ``axis`` (stable; NaN largest) and where each
     value came from. The gradient of the values goes back to those entries."""
-    from .indexing import gather
-
     ax = _sort_axis("sort", x, axis)
     if ax < 0:  # a 0-d tensor: its one entry
         v, i = sort(x.reshape((1,)), 0, descending)
@@ -152,8 +151,6 @@ def sort(x, axis: int = -1, descending: bool = False) -> ValuesIndices:
 def topk(x, k: int, axis: int = -1, largest: bool = True, sorted: bool = True) -> ValuesIndices:  # noqa: A002
     """``(values, indices)`` of the ``k`` largest (``largest=False``: smallest) entries along
     ``axis``, in sorted order (also when ``sorted=False``); ties go to the earlier entry."""
-    from .indexing import gather
-
     ax = _sort_axis("topk", x, axis)
     n = shape_of(x)[ax] if ax >= 0 else 1
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n:

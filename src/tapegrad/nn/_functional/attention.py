@@ -20,8 +20,8 @@ from ...autodiff import ops
 from ...autodiff.backend import beside, is_array
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
-from .. import functional as F
 from .. import init as _init
+from .dense import linear
 
 ArrayLike = Tensor | np.ndarray
 
@@ -169,9 +169,9 @@ def multi_head_attention_forward(
     hd = E // H
     dtype = query.dtype
     _check_masks(name, key_padding_mask, attn_mask, L, N, S, H)
-    q = F.linear(query, q_weight, q_bias)
-    k = F.linear(key, k_weight, k_bias)
-    v = F.linear(value, v_weight, v_bias)
+    q = linear(query, q_weight, q_bias)
+    k = linear(key, k_weight, k_bias)
+    v = linear(value, v_weight, v_bias)
     bias = None if attn_mask is None else _additive(attn_mask, dtype)
     if bias is not None and bias.ndim == 2:
         bias = ops.reshape(bias, (1, L, S))
@@ -197,7 +197,7 @@ def multi_head_attention_forward(
     scale = math.sqrt(1.0 / hd)
     out, weights = _attend(q * scale, k, v, None, bias, dropout_p, rng, safe=not need_weights)
     out = ops.reshape(ops.permute(out, (1, 0, 2)), (L * N, E))
-    out = ops.reshape(F.linear(out, out_weight, out_bias), (L, N, E))
+    out = ops.reshape(linear(out, out_weight, out_bias), (L, N, E))
     if not need_weights:
         return out, None
     weights = ops.reshape(weights, (N, H, L, S))

@@ -1,5 +1,5 @@
 """More of ``nn.functional`` in PyTorch's forms: ``normalize``, ``pairwise_distance``,
-``rms_norm``, ``one_hot`` and ``dropout1d``; each composes engine operations."""
+``rms_norm`` and ``one_hot``; each composes engine operations."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 from ...autodiff import ops
 from ...autodiff.errors import ShapeError
 from ...autodiff.tensor import Tensor
+from ...creation import one_hot as _one_hot
 
 
 def _t(x) -> Tensor:
@@ -40,19 +41,4 @@ def rms_norm(x, normalized_shape, weight=None, eps: float | None = None) -> Tens
 
 def one_hot(tensor, num_classes: int = -1) -> Tensor:
     """int64 one-hot vectors of the integer ``tensor`` (``num_classes=-1``: largest + 1)."""
-    from ...creation import one_hot as _one_hot
-
     return _one_hot(tensor, num_classes)
-
-
-def dropout1d(x, p: float = 0.5, training: bool = True, inplace: bool = False, rng=None):
-    """Channel dropout of ``(N, C, L)`` or ``(C, L)`` input: whole channels zeroed with
-    probability ``p``, the rest scaled by ``1 / (1 - p)``."""
-    from ..functional import dropout2d
-
-    x = _t(x)
-    if x.ndim not in (2, 3):
-        raise ShapeError(f"dropout1d: expects (N, C, L) or (C, L) input, got {tuple(x.shape)}")
-    if x.ndim == 2:
-        return dropout2d(x[None], p, training, rng)[0]
-    return dropout2d(x, p, training, rng)

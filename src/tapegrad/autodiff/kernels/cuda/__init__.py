@@ -3,7 +3,7 @@
 Each kernel here has the signature of its CPU twin in ``kernels/`` and is tested against the
 same NumPy reference, in numba's CUDA simulator on machines without a GPU (``tests/cudasim``)
 and on the GPU itself (``tests/gpu``). The primitives choose between the two by the arrays'
-device (``backend.cuda_kernels``). On a GPU they take CuPy arrays through
+device (``cuda_kernels`` of ``kernels/dispatch.py``). On a GPU they take CuPy arrays through
 ``__cuda_array_interface__`` and run on the default stream, the one CuPy uses, so they are
 ordered with CuPy's own work without a synchronisation.
 
