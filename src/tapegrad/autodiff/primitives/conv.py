@@ -133,13 +133,21 @@ def _geometry(attrs: dict) -> dict:
     return {k: attrs[k] for k in ("stride", "padding", "dilation", "groups")}
 
 
+def _channels_last(x) -> bool:
+    """Whether x (N, C, *spatial) is a CPU view of a contiguous (N, *spatial, C) array."""
+    a = _data(x)
+    return type(a) is np.ndarray and a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
+
+
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, dilation, groups, aux):
     # One gradient in every mode: the adjoint primitives, whose forwards are the fast kernels.
     # ``aux`` (the columns or padded input the forward saved) is what conv_weight would
     # otherwise recompute from x.
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     grads = [
-        run(conv_transpose, g, w, size=x.shape[2:], **geo) if needs[0] else None,
+        run(conv_transpose, g, w, size=x.shape[2:], channels_last=_channels_last(x), **geo)
+        if needs[0]
+        else None,
         run(conv_weight, x, g, *aux, ksize=w.shape[2:], **geo) if needs[1] else None,
         g.sum(axis=(0,) + tuple(range(2, g.ndim))) if bias and needs[2] else None,
     ]
@@ -187,6 +195,7 @@ def _conv_cases(d):
             ((1, 1, 1), (2, 1, 3), False, (1,), ((1, 1),), (1,), 1),
             ((2, 4, 9), (6, 2, 3), True, (1,), ((2, 0),), (2,), 2),  # groups, dilation
             ((1, 3, 8), (3, 1, 2), False, (1,), ((0, 1),), (1,), 3),  # depthwise, 'same'
+            ((1, 16, 7), (2, 16, 3), False, (2,), ((1, 1),), (1,), 1),  # whole-batch layout
         ],
         2: [
             ((2, 3, 5, 6), (4, 3, 3, 3), True, (1, 1), two, (1, 1), 1),
@@ -195,6 +204,8 @@ def _conv_cases(d):
             ((1, 3, 4, 4), (2, 3, 4, 4), True, (1, 1), two, (1, 1), 1),
             ((2, 2, 5, 5), (1, 2, 1, 1), False, (3, 2), ((2, 2), (0, 0)), (1, 1), 1),
             ((1, 4, 7, 6), (4, 2, 2, 3), True, (1, 2), ((1, 0), (0, 2)), (2, 1), 2),
+            # 16 input channels: the whole-batch layout
+            ((1, 16, 4, 3), (2, 16, 2, 2), True, (1, 1), ((1, 0), (0, 1)), (1, 1), 1),
         ],
     }[d]
 
@@ -285,14 +296,32 @@ def _conv_backward_reference(g, x, w, *saved, stride, padding, dilation, groups,
 
 
 # -- the transpose and the weight gradient: differentiable -----------------------------------------
-def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, out=None, ws=None):
+def _conv_transpose_fwd(
+    y, w, *bias, size, stride, padding, dilation, groups, channels_last=False, out=None, ws=None
+):
     """x of spatial ``size`` with ``conv(x, w)``'s adjoint applied to y: col2im(W^T y), or for a
-    1-d stride-1 convolution one product per kernel tap added at its shift."""
+    1-d stride-1 convolution one product per kernel tap added at its shift. ``channels_last``
+    (a conv's input gradient where that input was channels-last, the text CNN's permuted
+    embeddings): the result laid out so, and a sparse y through the direct kernel."""
     n = y.shape[0]
     c = w.shape[1] * groups
     shape = (n, c) + tuple(size)
-    res = xp_of(y).empty(shape, y.dtype) if out is None else out
-    if _shifted(y, stride, dilation, groups):
+    if out is not None:
+        res = out
+    elif channels_last:
+        res = np.moveaxis(np.empty((n,) + tuple(size) + (c,), y.dtype), -1, 1)
+    else:
+        res = xp_of(y).empty(shape, y.dtype)
+    if (
+        channels_last
+        and direct_backward_applies(res, w, stride, padding, dilation, groups)
+        and direct_backward_sparse(y)
+    ):
+        from ..kernels.conv import conv_backward as direct
+
+        # res stands for the input's layout (the kernel reads x only for the weight gradient)
+        direct(np.ascontiguousarray(y), res, w, None, None, res, _kernel_scratch(ws, y))
+    elif _shifted(y, stride, dilation, groups):
         pads = any(lo or hi for lo, hi in padding)
         target = scratch(ws, "xp", L.padded_shape(shape, padding), y.dtype, like=y) if pads else res
         target.fill(0)
@@ -309,19 +338,27 @@ def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, ou
     else:
         batch = L.whole_batch(y, w.shape[1], len(size))
         L.input_product(batch, y, w, res, stride, padding, dilation, groups, ws)
-    if bias:
-        r3 = res.reshape(n, c, -1)
-        _channel_bias(r3, bias[0])
+    if bias and res.flags.c_contiguous:
+        _channel_bias(res.reshape(n, c, -1), bias[0])
+    elif bias:
+        np.add(res, bias[0].reshape((c,) + (1,) * len(size)), out=res)
     return res
 
 
+def _kernel_scratch(ws, like):
+    """The direct kernel's temporaries: kept in ``ws`` (a plan's workspace), else allocated."""
+    if ws is None:
+        return None
+    return lambda key, shape: scratch(ws, key, shape, like.dtype, like=like)
+
+
 def _conv_transpose_vjps():
-    def dy(h, out, y, w, *bias, size, stride, padding, dilation, groups):
+    def dy(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
         return run(
             _conv_for(y), h, w, stride=stride, padding=padding, dilation=dilation, groups=groups
         )
 
-    def dw(h, out, y, w, *bias, size, stride, padding, dilation, groups):
+    def dw(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
         return run(
             conv_weight,
             h,
@@ -333,7 +370,7 @@ def _conv_transpose_vjps():
             groups=groups,
         )
 
-    def db(h, out, y, w, *bias, size, stride, padding, dilation, groups):
+    def db(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
         return h.sum(axis=(0,) + tuple(range(2, h.ndim)))
 
     return (dy, dw, db)
@@ -361,7 +398,7 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
             gw,
             None,
             None,
-            None if ws is None else (lambda key, shape: scratch(ws, key, shape, g.dtype, like=g)),
+            _kernel_scratch(ws, g),
         )
         return gw
     if _shifted(x, stride, dilation, groups):
@@ -421,10 +458,22 @@ def _adjoint_samples(rng, which):
                 out.append(Sample(args, {"size": xs[2:], **geo}))
             else:
                 out.append(Sample((x, S.values(rng, y.shape)), {"ksize": ws[2:], **geo}))
+    # the direct kernel: a channels-last input (C * KW >= 16) and a gradient at most a quarter
+    # nonzero; the transpose laid out channels-last
+    x = np.ascontiguousarray(S.values(rng, (2, 9, 8))).transpose(0, 2, 1)  # (N, C=8, L=9)
+    g = S.values(rng, (2, 3, 7)) * (rng.uniform(size=(2, 3, 7)) < 0.2)
+    geo = dict(stride=(1,), padding=((0, 0),), dilation=(1,), groups=1)
+    if which == "transpose":
+        attrs = {"size": (9,), "channels_last": True, **geo}
+        out.append(Sample((g, S.values(rng, (3, 8, 3)), S.values(rng, (8,))), attrs))
+    else:
+        out.append(Sample((x, g), {"ksize": (3,), **geo}))
     return out
 
 
-def _conv_transpose_reference(y, w, *bias, size, stride, padding, dilation, groups):
+def _conv_transpose_reference(
+    y, w, *bias, size, stride, padding, dilation, groups, channels_last=False
+):
     n = y.shape[0]
     x_shape = (n, w.shape[1] * groups) + tuple(size)
     (gx,) = _conv_backward_reference(
