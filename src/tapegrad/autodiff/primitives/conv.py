@@ -309,7 +309,8 @@ def _conv_transpose_fwd(
     if out is not None:
         res = out
     elif channels_last:
-        res = np.moveaxis(np.empty((n,) + tuple(size) + (c,), y.dtype), -1, 1)
+        last = xp_of(y).empty((n,) + tuple(size) + (c,), y.dtype)
+        res = last.transpose((0, last.ndim - 1) + tuple(range(1, last.ndim - 1)))
     else:
         res = xp_of(y).empty(shape, y.dtype)
     if (
