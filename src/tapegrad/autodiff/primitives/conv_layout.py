@@ -27,8 +27,12 @@ from ..kernels.im2col import col2im, im2col
 from .registry import scratch
 
 # From how many input channels per group the whole-batch layout is used. Measured with
-# ``python benchmarks/conv_shapes.py`` (batch 128, 2 threads, loaded machine, forward +
-# both gradients, whole batch / per sample): see CHANGELOG.md for the figures.
+# ``python benchmarks/conv_shapes.py`` (3x3, batch 128, forward + backward, per sample ->
+# whole batch, loaded machine; all figures in CHANGELOG.md): 1 channel (seed-cnn, the ResNet
+# stem) 0.47 -> 1.64 and 1.76 -> 12.7 ms at 1 thread; 4 and 8 channels 26 -> 28 and 51 -> 57
+# ms at 1 thread, 37 -> 96 and 62 -> 97 ms at 2; from 16 channels the whole batch wins:
+# 133 -> 123 and 58 -> 42 ms at 1 thread, 1.6-6x at 2 (quiet machine, 2 threads: backward
+# halved, forward unchanged).
 WHOLE_BATCH_MIN_CHANNELS = 16
 
 
