@@ -25,13 +25,10 @@ def _shape(preset) -> dict:
     return {"vocab_size": 180} if preset.task == "language-model" else {}
 
 
-# Issue 27's resnet misses the target today (106 KiB at batch 100: np.mean's float64 division
-# in global average pooling allocates 104 KiB, BatchNorm's broadcasting ufuncs 32 KiB each;
-# char-lm's 10 MiB went with the fused GELU and LayerNorm kernels). Strict: the test fails the
-# day it meets it, to be moved in here.
-MISSES = {
-    "resnet": "issue 27: resnet's compiled step allocates ~106 KiB",
-}
+# Presets that miss the target, each with a strict xfail naming what allocates (it fails the day
+# the preset meets the target, to be moved back in here). None today: resnet met it with the
+# fused BatchNorm kernels, the compiled mean and the adjoint-primitive convolution gradient.
+MISSES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

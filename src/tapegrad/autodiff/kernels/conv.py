@@ -2,7 +2,8 @@
 unpadded convolution (cross-correlation) of x (N, C, H, W) with w (O, C, KH, KW) (+ bias (O,)),
 1-d convolution being the H = 1 case, that visit only the nonzero entries of the output
 gradient. ReLU and max pooling after a convolution leave about 1/KW of them nonzero, so for the
-text CNN's channels-last input this beats BLAS (see ``primitives.nn.direct_backward_applies``).
+text CNN's channels-last input this beats BLAS for the weight gradient, which the
+``conv_weight`` primitive computes with it (see ``primitives.conv.direct_backward_applies``).
 
 Arithmetic order: output positions (n, o, i, j) are visited in row-major order, a zero output
 gradient is skipped (it contributes nothing, not even where x is inf or NaN), and each position
@@ -114,7 +115,7 @@ def _channels_last(x4: np.ndarray) -> bool:
 
 def direct_layout_ok(x: np.ndarray, w: np.ndarray) -> bool:
     """x is channels-last with windows of at least 16 contiguous values (see
-    ``primitives.nn.direct_backward_applies``)."""
+    ``primitives.conv.direct_backward_applies``)."""
     x4, w4 = _as2d(x), _as2d(w)
     return x4.ndim == 4 and _channels_last(x4) and w4.shape[1] * w4.shape[3] >= 16
 

@@ -9,34 +9,33 @@ convolution is differentiable to any order:
 * ``conv_transpose(y, w[, b]) -> x``: the adjoint of ``conv`` in x (``conv_transpose1d/2d``);
 * ``conv_weight(x, y) -> w``: the adjoint of ``conv`` in w.
 
-A first-order backward pass (eager, or traced into a plan) uses ``conv_backward`` instead: all
-the gradients a convolution needs in one fused primitive, through the direct kernel
-(``kernels.conv.conv_backward``, which visits only a sparse gradient's nonzeros) for the text
-CNN's channels-last input, through BLAS otherwise.
+Every gradient of a convolution, first order or higher, eager or compiled, is these adjoint
+primitives (the bias's a sum): speed lives in their forwards. ``conv_weight`` reads the columns
+(or padded input) conv's forward saved instead of recomputing them, and for the text CNN's
+channels-last input with a sparse gradient (ReLU + max pooling) runs the direct kernel
+(``kernels.conv.conv_backward``, which visits only the gradient's nonzeros).
 
-How the forward computes: im2col through a strided view of the padded input (one window per
-output position, kernel offsets ``dilation`` apart) copied into ``cols`` (N, C*prod(K),
-prod(out)), then one batched matmul per group with the flattened weight; ``cols`` is saved for
-the weight gradient. 1-d convolution at stride 1 without dilation or groups skips im2col: one
-matmul per kernel tap on shifted views, or, for a channels-last input, one GEMM of every tap
-with every input row whose products are then added at their shifts. The input gradient is
-``W^T @ g`` folded back (col2im) by adding strided slices, one per kernel offset. The bias is
-added in place.
+How they compute: im2col into ``cols``, then products with the flattened weight, in one of two
+layouts chosen per shape (``conv_layout.py``: one batched product per sample for few input
+channels, such as seed-cnn's single one; one GEMM over the whole batch from 16 channels per
+group); ``cols`` is saved for the weight gradient. 1-d convolution at stride 1 without dilation
+or groups skips im2col: one matmul per kernel tap on shifted views, or, for a channels-last
+input, one GEMM of every tap with every input row whose products are then added at their
+shifts. The input gradient is ``W^T @ g`` folded back (col2im). The bias is added in place.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import numpy as np
 
-from ..backend import as_strided, is_array, xp_of
+from ..backend import is_array, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels import add_channel_bias, add_into, add_taps
 from ..kernels.dispatch import cuda_kernels
+from . import conv_layout as L
 from . import samples as S
-from .registry import Sample, differentiating, primitive, run, scratch
+from .conv_reference import _conv_backward_reference, _conv_reference
+from .registry import Sample, primitive, run, scratch
 
 
 # -- geometry ----------------------------------------------------------------------------------
@@ -44,45 +43,7 @@ def out_size(size, k, stride, lo, hi, dilation) -> int:
     return (size + lo + hi - dilation * (k - 1) - 1) // stride + 1
 
 
-def _padded_shape(shape: tuple, padding: tuple) -> tuple:
-    return shape[:2] + tuple(n + lo + hi for n, (lo, hi) in zip(shape[2:], padding))
-
-
-def _interior(padding: tuple, shape: tuple) -> tuple:
-    return (slice(None), slice(None)) + tuple(
-        slice(lo, lo + n) for (lo, _), n in zip(padding, shape[2:])
-    )
-
-
-def _padded(x: np.ndarray, padding: tuple, buf: np.ndarray | None) -> np.ndarray:
-    """x with zero padding (x itself when there is none), written into ``buf`` when given."""
-    if not any(lo or hi for lo, hi in padding):
-        return x
-    xp = xp_of(x).zeros(_padded_shape(x.shape, padding), x.dtype) if buf is None else buf
-    if buf is not None:
-        xp.fill(0)  # a plan's buffer may hold another value's bytes
-    np.copyto(xp[_interior(padding, x.shape)], x)
-    return xp
-
-
-def _windows(xp: np.ndarray, ksize, stride, dilation, out_shape) -> np.ndarray:
-    """The (N, C, *K, *out) strided view of every window of the padded input."""
-    sp = xp.strides[2:]
-    return as_strided(
-        xp,
-        shape=xp.shape[:2] + tuple(ksize) + tuple(out_shape),
-        strides=xp.strides[:2]
-        + tuple(a * d for a, d in zip(sp, dilation))
-        + tuple(a * s for a, s in zip(sp, stride)),
-    )
-
-
-def _offset_slices(offsets, stride, dilation, out_shape) -> tuple:
-    """Index of the elements that kernel offset ``offsets`` meets at every output position."""
-    return (slice(None), slice(None)) + tuple(
-        slice(o * d, o * d + s * (n - 1) + 1, s)
-        for o, s, d, n in zip(offsets, stride, dilation, out_shape)
-    )
+_padded_shape, _interior = L.padded_shape, L.interior  # pool.py pads the same way
 
 
 def _shifted(x, stride, dilation, groups) -> bool:
@@ -121,34 +82,11 @@ def _channel_bias(r3, b) -> None:
     (kernels.add_channel_bias if kernels else add_channel_bias)(r3, b, r3)
 
 
-def _grouped(a: np.ndarray, groups: int, axis: int) -> np.ndarray:
-    """``a`` with its axis ``axis`` split into (groups, rest): a view."""
-    return a.reshape(a.shape[:axis] + (groups, a.shape[axis] // groups) + a.shape[axis + 1 :])
-
-
-def _im2col(x, ksize, stride, padding, dilation, out_shape, cols, ws) -> np.ndarray:
-    buf = None
-    if ws is not None and any(lo or hi for lo, hi in padding):
-        buf = ws.array("xp", _padded_shape(x.shape, padding), x.dtype, like=x)
-    window = _windows(_padded(x, padding, buf), ksize, stride, dilation, out_shape)
-    np.copyto(cols.reshape(window.shape), window)
-    return cols
-
-
-def _col2im(gcols, target, ksize, stride, dilation, out_shape) -> None:
-    """Add the column gradient (N, C*prod(K), prod(out)) into ``target`` (the padded input's
-    shape, zeroed), one strided slice per kernel offset."""
-    n, c = target.shape[:2]
-    gc = gcols.reshape((n, c) + tuple(ksize) + tuple(out_shape))
-    for offs in itertools.product(*(range(k) for k in ksize)):
-        view = target[_offset_slices(offs, stride, dilation, out_shape)]
-        np.add(view, gc[(slice(None), slice(None)) + offs], out=view)
-
-
 # -- conv --------------------------------------------------------------------------------------
 def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None):
     """(out, *saved): saved is the padded input (1-d, stride 1, padded), the im2col columns
-    (N, C*prod(K), prod(out)) otherwise, or nothing (1-d, stride 1, unpadded: x itself)."""
+    in the layout ``whole_batch`` picks for the shape otherwise, or nothing (1-d, stride 1,
+    unpadded: x itself). ``conv_weight`` reads them back."""
     res, saved = (None, None) if out is None else (out[0], out[1] if len(out) > 1 else None)
     n, o = x.shape[0], w.shape[0]
     if _shifted(x, stride, dilation, groups) and _rows(x, padding):
@@ -163,7 +101,7 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
         add_taps(z, res)
         kept = ()
     elif _shifted(x, stride, dilation, groups):
-        xp = _padded(x, padding, saved)
+        xp = L.padded(x, padding, saved)
         length = xp.shape[2] - w.shape[2] + 1
         wk = _taps(w, ws)
         res = np.matmul(wk[0], xp[:, :, :length], out=res)
@@ -177,20 +115,13 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
             out_size(s, k, st, lo, hi, d)
             for s, k, st, (lo, hi), d in zip(x.shape[2:], ksize, stride, padding, dilation)
         )
+        batch = L.whole_batch(x, w.shape[1], len(ksize))
         if saved is None:
-            shape = (n, x.shape[1] * math.prod(ksize), math.prod(out_shape))
-            saved = xp_of(x).empty(shape, x.dtype)
-        cols = _im2col(x, ksize, stride, padding, dilation, out_shape, saved, ws)
+            saved = xp_of(x).empty(L.cols_shape(batch, x.shape, ksize, out_shape), x.dtype)
+        cols = L.fill_cols(batch, x, ksize, stride, padding, dilation, out_shape, saved, ws)
         if res is None:
             res = xp_of(x).empty((n, o) + out_shape, x.dtype)
-        if groups == 1:
-            np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
-        else:
-            np.matmul(
-                _grouped(w.reshape(o, -1), groups, 0),
-                _grouped(cols, groups, 1),
-                out=_grouped(res.reshape(n, o, -1), groups, 1),
-            )
+        L.forward_product(batch, w, cols, res, groups, ws)
         kept = (cols,)
     if bias:
         r3 = res.reshape(n, o, -1)
@@ -202,47 +133,25 @@ def _geometry(attrs: dict) -> dict:
     return {k: attrs[k] for k in ("stride", "padding", "dilation", "groups")}
 
 
+def _channels_last(x) -> bool:
+    """Whether x (N, C, *spatial) is a CPU view of a contiguous (N, *spatial, C) array."""
+    a = _data(x)
+    return type(a) is np.ndarray and a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
+
+
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, dilation, groups, aux):
+    # One gradient in every mode: the adjoint primitives, whose forwards are the fast kernels.
+    # ``aux`` (the columns or padded input the forward saved) is what conv_weight would
+    # otherwise recompute from x.
     geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    wanted = (needs[0], needs[1], bool(bias) and needs[2])
-    if differentiating(g):  # a gradient graph: the three differentiable primitives
-        grads = [
-            run(conv_transpose, g, w, size=x.shape[2:], **geo) if wanted[0] else None,
-            run(conv_weight, x, g, ksize=w.shape[2:], **geo) if wanted[1] else None,
-            g.sum(axis=(0,) + tuple(range(2, g.ndim))) if wanted[2] else None,
-        ]
-        return grads[: 2 + len(bias)]
-    got = iter(run(conv_backward, g, x, w, *aux, needs=wanted, **geo))
-    return [next(got) if need else None for need in wanted[: 2 + len(bias)]]
-
-
-def _conv_reference(x, w, *bias, stride, padding, dilation, groups):
-    # Direct definition: pad with np.pad, then one einsum per output position and group.
-    d = x.ndim - 2
-    xp = np.pad(x, [(0, 0), (0, 0)] + list(padding))
-    ksize = w.shape[2:]
-    reach = tuple(dl * (k - 1) + 1 for dl, k in zip(dilation, ksize))
-    out_shape = tuple((xp.shape[2 + i] - reach[i]) // stride[i] + 1 for i in range(d))
-    og, cg = w.shape[0] // groups, w.shape[1]
-    out = np.zeros((x.shape[0], w.shape[0]) + out_shape)
-    letters = "abc"[:d]
-    for pos in itertools.product(*(range(n) for n in out_shape)):
-        window = xp[
-            (slice(None), slice(None))
-            + tuple(
-                slice(pos[i] * stride[i], pos[i] * stride[i] + reach[i], dilation[i])
-                for i in range(d)
-            )
-        ]
-        for gi in range(groups):
-            out[(slice(None), slice(gi * og, (gi + 1) * og)) + pos] = np.einsum(
-                f"nc{letters},oc{letters}->no",
-                window[:, gi * cg : (gi + 1) * cg],
-                w[gi * og : (gi + 1) * og],
-            )
-        if bias:
-            out[(slice(None), slice(None)) + pos] += bias[0]
-    return out
+    grads = [
+        run(conv_transpose, g, w, size=x.shape[2:], channels_last=_channels_last(x), **geo)
+        if needs[0]
+        else None,
+        run(conv_weight, x, g, *aux, ksize=w.shape[2:], **geo) if needs[1] else None,
+        g.sum(axis=(0,) + tuple(range(2, g.ndim))) if bias and needs[2] else None,
+    ]
+    return grads[: 2 + len(bias)]
 
 
 def _conv_cases(d):
@@ -257,6 +166,7 @@ def _conv_cases(d):
             ((1, 1, 1), (2, 1, 3), False, (1,), ((1, 1),), (1,), 1),
             ((2, 4, 9), (6, 2, 3), True, (1,), ((2, 0),), (2,), 2),  # groups, dilation
             ((1, 3, 8), (3, 1, 2), False, (1,), ((0, 1),), (1,), 3),  # depthwise, 'same'
+            ((1, 16, 7), (2, 16, 3), False, (2,), ((1, 1),), (1,), 1),  # whole-batch layout
         ],
         2: [
             ((2, 3, 5, 6), (4, 3, 3, 3), True, (1, 1), two, (1, 1), 1),
@@ -265,6 +175,8 @@ def _conv_cases(d):
             ((1, 3, 4, 4), (2, 3, 4, 4), True, (1, 1), two, (1, 1), 1),
             ((2, 2, 5, 5), (1, 2, 1, 1), False, (3, 2), ((2, 2), (0, 0)), (1, 1), 1),
             ((1, 4, 7, 6), (4, 2, 2, 3), True, (1, 2), ((1, 0), (0, 2)), (2, 1), 2),
+            # 16 input channels: the whole-batch layout
+            ((1, 16, 4, 3), (2, 16, 2, 2), True, (1, 1), ((1, 0), (0, 1)), (1, 1), 1),
         ],
     }[d]
 
@@ -306,10 +218,10 @@ _conv2d = primitive(
 )
 
 
-# -- the fused first-order backward --------------------------------------------------------------
+# -- the direct kernel's choice -------------------------------------------------------------------
 def direct_backward_applies(x, w, stride, padding, dilation=None, groups=1) -> bool:
-    """Whether a conv's gradient may go through the direct kernel (``kernels/conv.py``): stride
-    1, no padding, dilation or groups, and a channels-last input (the text CNN's permuted
+    """Whether a conv's weight gradient may go through the direct kernel (``kernels/conv.py``):
+    stride 1, no padding, dilation or groups, and a channels-last input (the text CNN's permuted
     embedding output), whose windows are long contiguous runs (KW * C >= 16) the kernel's loops
     vectorise over."""
     from ..kernels.conv import direct_layout_ok
@@ -331,185 +243,71 @@ def direct_backward_sparse(g) -> bool:
     return 4 * np.count_nonzero(g) <= g.size
 
 
-def _input_grad(g, w, target, x_shape, stride, padding, dilation, groups, ws, cols_shape):
-    """``target`` (the padded input's shape) <- col2im(W^T g), zeroed first."""
-    n, o = g.shape[:2]
-    g2 = g.reshape(n, o, -1)
-    gcols = scratch(ws, "gcols", cols_shape, g.dtype, like=g)
-    if groups == 1:
-        np.matmul(w.reshape(o, -1).T, g2, out=gcols)
-    else:
-        wt = np.swapaxes(_grouped(w.reshape(o, -1), groups, 0), 1, 2)  # (G, C/G*K, O/G)
-        np.matmul(wt, _grouped(g2, groups, 1), out=_grouped(gcols, groups, 1))
-    target.fill(0)
-    _col2im(gcols, target, w.shape[2:], stride, dilation, g.shape[2:])
-
-
-def _weight_grad(g, cols, gw, groups, ws) -> None:
-    """``gw`` <- sum over the batch of g @ cols^T, per group."""
-    n, o = g.shape[:2]
-    g2 = g.reshape(n, o, -1)
-    tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1] // groups), g.dtype, like=g)
-    if groups == 1:
-        np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
-    else:
-        np.matmul(
-            _grouped(g2, groups, 1),
-            np.swapaxes(_grouped(cols, groups, 1), 2, 3),
-            out=_grouped(tmp, groups, 1),
-        )
-    np.sum(tmp, axis=0, out=gw.reshape(o, -1))
-
-
-def _conv_backward_fwd(
-    g, x, w, *saved, stride, padding, dilation, groups, needs, out=None, ws=None
-):
-    """The input, weight and bias gradients that ``needs`` asks for, in that order. The input
-    gradient comes in x's memory layout. Where ``direct_backward_applies`` and g is sparse
-    enough (checked on every call), one pass of the direct kernel computes them all;
-    otherwise BLAS: per-tap products (1-d, stride 1) or col2im of ``W^T g``."""
-    n, o = g.shape[:2]
-    outs = iter(out if out is not None else ())
-    gx = (next(outs, None) if out is not None else np.empty_like(x)) if needs[0] else None
-    xp = xp_of(g)
-    gw = (next(outs, None) if out is not None else xp.empty(w.shape, g.dtype)) if needs[1] else None
-    gb = (next(outs, None) if out is not None else xp.empty(o, g.dtype)) if needs[2] else None
-    grads = tuple(a for a in (gx, gw, gb) if a is not None)
-    if direct_backward_applies(x, w, stride, padding, dilation, groups) and direct_backward_sparse(
-        g
-    ):
-        from ..kernels.conv import conv_backward as direct
-
-        direct(
-            np.ascontiguousarray(g),
-            x,
-            w,
-            gw,
-            gb,
-            gx,
-            None if ws is None else (lambda key, shape: scratch(ws, key, shape, g.dtype, like=g)),
-        )
-        return grads
-    if gb is not None:
-        np.sum(g, axis=(0,) + tuple(range(2, g.ndim)), out=gb)
-    padded = any(lo or hi for lo, hi in padding)
-    target = None
-    if gx is not None:
-        shape = _padded_shape(x.shape, padding)
-        target = scratch(ws, "gxp", shape, g.dtype, like=g) if padded else gx
-    if _shifted(x, stride, dilation, groups):
-        xp = saved[0] if saved else x
-        length = g.shape[2]
-        wk = _taps(w, ws)
-        if gx is not None:
-            target.fill(0)
-            tmp = scratch(ws, "gxtmp", (n, x.shape[1], length), g.dtype, like=g)
-            kernels = cuda_kernels(g)
-            for k in range(w.shape[2]):
-                (kernels.add_into if kernels else add_into)(
-                    target[:, :, k : k + length], np.matmul(wk[k].T, g, out=tmp)
-                )
-        if gw is not None:
-            tmp = scratch(ws, "gwtmp", (n, o, x.shape[1]), g.dtype, like=g)
-            for k in range(w.shape[2]):
-                np.sum(
-                    np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1), out=tmp),
-                    axis=0,
-                    out=gw[:, :, k],
-                )
-    else:
-        (cols,) = saved
-        if gx is not None:
-            _input_grad(g, w, target, x.shape, stride, padding, dilation, groups, ws, cols.shape)
-        if gw is not None:
-            _weight_grad(g, cols, gw, groups, ws)
-    if gx is not None and target is not gx:
-        np.copyto(gx, target[_interior(padding, x.shape)])
-    return grads
-
-
-def _conv_backward_reference(g, x, w, *saved, stride, padding, dilation, groups, needs):
-    # Direct definition: every output position's window adds g * w to the input gradient and
-    # g * window to the weight gradient, group by group.
-    d = x.ndim - 2
-    xp = np.pad(x, [(0, 0), (0, 0)] + list(padding))
-    gxp, gw = np.zeros_like(xp), np.zeros_like(w)
-    ksize = w.shape[2:]
-    reach = tuple(dl * (k - 1) + 1 for dl, k in zip(dilation, ksize))
-    og, cg = w.shape[0] // groups, w.shape[1]
-    for pos in itertools.product(*(range(n) for n in g.shape[2:])):
-        win = (slice(None), slice(None)) + tuple(
-            slice(pos[i] * stride[i], pos[i] * stride[i] + reach[i], dilation[i]) for i in range(d)
-        )
-        for gi in range(groups):
-            gp = g[(slice(None), slice(gi * og, (gi + 1) * og)) + pos]  # (N, O/G)
-            ch = slice(gi * cg, (gi + 1) * cg)
-            sub = (win[0], ch) + win[2:]
-            gxp[sub] += np.einsum("no,oc...->nc...", gp, w[gi * og : (gi + 1) * og])
-            gw[gi * og : (gi + 1) * og] += np.einsum("no,nc...->oc...", gp, xp[sub])
-    grads = (gxp[_interior(padding, x.shape)], gw, g.sum(axis=(0,) + tuple(range(2, g.ndim))))
-    return tuple(a for a, need in zip(grads, needs) if need)
-
-
-def _conv_backward_samples(rng):
-    out = []
-    for d in (1, 2):
-        for sample in _conv_samples(d)(rng):
-            x, w, *b = sample.args
-            y, *saved = _conv_fwd(x, w, *b, **sample.attrs)
-            g = S.values(rng, y.shape)
-            for needs in [(True, True, bool(b)), (False, True, False), (True, False, bool(b))]:
-                out.append(Sample((g, x, w, *saved), {**sample.attrs, "needs": needs}))
-    # the direct kernel: a channels-last input and a gradient at most a quarter nonzero
-    x = np.ascontiguousarray(S.values(rng, (2, 9, 8))).transpose(0, 2, 1)  # (N, C=8, L=9)
-    w = S.values(rng, (3, 8, 3))
-    g = S.values(rng, (2, 3, 7)) * (rng.uniform(size=(2, 3, 7)) < 0.2)
-    attrs = dict(stride=(1,), padding=((0, 0),), dilation=(1,), groups=1, needs=(True,) * 3)
-    out.append(Sample((g, x, w), attrs))
-    return out
-
-
-conv_backward = primitive(
-    "conv_backward",
-    _conv_backward_fwd,
-    None,
-    reference=_conv_backward_reference,
-    samples=_conv_backward_samples,
-    doc="A convolution's first-order backward in one fused primitive: its input, weight and "
-    "bias gradients (the ones ``needs`` names) from the output gradient and the forward's saved "
-    "arrays (a gradient graph uses conv_transpose and conv_weight instead). Not differentiable.",
-)
-
-
 # -- the transpose and the weight gradient: differentiable -----------------------------------------
-def _conv_transpose_fwd(y, w, *bias, size, stride, padding, dilation, groups, out=None, ws=None):
-    """x of spatial ``size`` with ``conv(x, w)``'s adjoint applied to y: col2im(W^T y)."""
+def _conv_transpose_fwd(
+    y, w, *bias, size, stride, padding, dilation, groups, channels_last=False, out=None, ws=None
+):
+    """x of spatial ``size`` with ``conv(x, w)``'s adjoint applied to y: col2im(W^T y), or for a
+    1-d stride-1 convolution one product per kernel tap added at its shift. ``channels_last``
+    (a conv's input gradient where that input was channels-last, the text CNN's permuted
+    embeddings): the result laid out so, and a sparse y through the direct kernel."""
     n = y.shape[0]
     c = w.shape[1] * groups
     shape = (n, c) + tuple(size)
-    res = xp_of(y).empty(shape, y.dtype) if out is None else out
-    cols_shape = (n, c * math.prod(w.shape[2:]), math.prod(y.shape[2:]))
-    target = (
-        scratch(ws, "xp", _padded_shape(shape, padding), y.dtype, like=y)
-        if any(lo or hi for lo, hi in padding)
-        else res
-    )
-    _input_grad(y, w, target, shape, stride, padding, dilation, groups, ws, cols_shape)
-    if target is not res:
-        np.copyto(res, target[_interior(padding, shape)])
-    if bias:
-        r3 = res.reshape(n, c, -1)
-        _channel_bias(r3, bias[0])
+    if out is not None:
+        res = out
+    elif channels_last:
+        last = xp_of(y).empty((n,) + tuple(size) + (c,), y.dtype)
+        res = last.transpose((0, last.ndim - 1) + tuple(range(1, last.ndim - 1)))
+    else:
+        res = xp_of(y).empty(shape, y.dtype)
+    if (
+        channels_last
+        and direct_backward_applies(res, w, stride, padding, dilation, groups)
+        and direct_backward_sparse(y)
+    ):
+        from ..kernels.conv import conv_backward as direct
+
+        # res stands for the input's layout (the kernel reads x only for the weight gradient)
+        direct(np.ascontiguousarray(y), res, w, None, None, res, _kernel_scratch(ws, y))
+    elif _shifted(y, stride, dilation, groups):
+        pads = any(lo or hi for lo, hi in padding)
+        target = scratch(ws, "xp", L.padded_shape(shape, padding), y.dtype, like=y) if pads else res
+        target.fill(0)
+        length = y.shape[2]
+        wk = _taps(w, ws)
+        tmp = scratch(ws, "gxtmp", (n, c, length), y.dtype, like=y)
+        kernels = cuda_kernels(y)
+        for k in range(w.shape[2]):
+            (kernels.add_into if kernels else add_into)(
+                target[:, :, k : k + length], np.matmul(wk[k].T, y, out=tmp)
+            )
+        if target is not res:
+            np.copyto(res, target[L.interior(padding, shape)])
+    else:
+        batch = L.whole_batch(y, w.shape[1], len(size))
+        L.input_product(batch, y, w, res, stride, padding, dilation, groups, ws)
+    if bias and res.flags.c_contiguous:
+        _channel_bias(res.reshape(n, c, -1), bias[0])
+    elif bias:
+        np.add(res, bias[0].reshape((c,) + (1,) * len(size)), out=res)
     return res
 
 
+def _kernel_scratch(ws, like):
+    """The direct kernel's temporaries: kept in ``ws`` (a plan's workspace), else allocated."""
+    if ws is None:
+        return None
+    return lambda key, shape: scratch(ws, key, shape, like.dtype, like=like)
+
+
 def _conv_transpose_vjps():
-    def dy(h, out, y, w, *bias, size, stride, padding, dilation, groups):
+    def dy(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
         return run(
             _conv_for(y), h, w, stride=stride, padding=padding, dilation=dilation, groups=groups
         )
 
-    def dw(h, out, y, w, *bias, size, stride, padding, dilation, groups):
+    def dw(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
         return run(
             conv_weight,
             h,
@@ -521,7 +319,7 @@ def _conv_transpose_vjps():
             groups=groups,
         )
 
-    def db(h, out, y, w, *bias, size, stride, padding, dilation, groups):
+    def db(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
         return h.sum(axis=(0,) + tuple(range(2, h.ndim)))
 
     return (dy, dw, db)
@@ -531,19 +329,51 @@ def _conv_for(a):
     return _conv1d if a.ndim == 3 else _conv2d
 
 
-def _conv_weight_fwd(x, g, ksize, stride, padding, dilation, groups, out=None, ws=None):
-    """The weight's gradient of ``conv(x, w)`` for the output gradient g (O, C/G, *ksize)."""
-    n, o = g.shape[:2]
+def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out=None, ws=None):
+    """The weight's gradient of ``conv(x, w)`` for the output gradient g (O, C/G, *ksize).
+    ``saved``: what conv's forward saved for this x (its columns, or its padded input), which
+    saves computing them again; it must be that, and is not differentiated (x is)."""
+    o = g.shape[1]
     gw = xp_of(g).empty((o, x.shape[1] // groups) + tuple(ksize), g.dtype) if out is None else out
-    shape = (n, x.shape[1] * math.prod(ksize), math.prod(g.shape[2:]))
-    cols = scratch(ws, "cols", shape, x.dtype, like=x)
-    _im2col(x, ksize, stride, padding, dilation, g.shape[2:], cols, ws)
-    _weight_grad(g, cols, gw, groups, ws)
+    if direct_backward_applies(x, gw, stride, padding, dilation, groups) and direct_backward_sparse(
+        g
+    ):
+        from ..kernels.conv import conv_backward as direct
+
+        direct(
+            np.ascontiguousarray(g),
+            x,
+            gw,  # the weight's shape (the kernel reads the weight only for the input gradient)
+            gw,
+            None,
+            None,
+            _kernel_scratch(ws, g),
+        )
+        return gw
+    if _shifted(x, stride, dilation, groups):
+        xp = saved[0] if saved else L.padded(x, padding, None)
+        length = g.shape[2]
+        tmp = scratch(ws, "gwtmp", (g.shape[0], o, x.shape[1]), g.dtype, like=g)
+        for k in range(ksize[0]):
+            np.sum(
+                np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1), out=tmp),
+                axis=0,
+                out=gw[:, :, k],
+            )
+        return gw
+    batch = L.whole_batch(x, x.shape[1] // groups, len(ksize))
+    if saved:
+        (cols,) = saved
+    else:
+        shape = L.cols_shape(batch, x.shape, ksize, g.shape[2:])
+        cols = scratch(ws, "cols", shape, x.dtype, like=x)
+        L.fill_cols(batch, x, ksize, stride, padding, dilation, g.shape[2:], cols, ws)
+    L.weight_product(batch, g, cols, gw, groups, ws)
     return gw
 
 
 def _conv_weight_vjps():
-    def dx(h, out, x, g, ksize, stride, padding, dilation, groups):
+    def dx(h, out, x, g, *saved, ksize, stride, padding, dilation, groups):
         return run(
             conv_transpose,
             g,
@@ -555,7 +385,7 @@ def _conv_weight_vjps():
             groups=groups,
         )
 
-    def dg(h, out, x, g, ksize, stride, padding, dilation, groups):
+    def dg(h, out, x, g, *saved, ksize, stride, padding, dilation, groups):
         return run(
             _conv_for(x), x, h, stride=stride, padding=padding, dilation=dilation, groups=groups
         )
@@ -577,10 +407,22 @@ def _adjoint_samples(rng, which):
                 out.append(Sample(args, {"size": xs[2:], **geo}))
             else:
                 out.append(Sample((x, S.values(rng, y.shape)), {"ksize": ws[2:], **geo}))
+    # the direct kernel: a channels-last input (C * KW >= 16) and a gradient at most a quarter
+    # nonzero; the transpose laid out channels-last
+    x = np.ascontiguousarray(S.values(rng, (2, 9, 8))).transpose(0, 2, 1)  # (N, C=8, L=9)
+    g = S.values(rng, (2, 3, 7)) * (rng.uniform(size=(2, 3, 7)) < 0.2)
+    geo = dict(stride=(1,), padding=((0, 0),), dilation=(1,), groups=1)
+    if which == "transpose":
+        attrs = {"size": (9,), "channels_last": True, **geo}
+        out.append(Sample((g, S.values(rng, (3, 8, 3)), S.values(rng, (8,))), attrs))
+    else:
+        out.append(Sample((x, g), {"ksize": (3,), **geo}))
     return out
 
 
-def _conv_transpose_reference(y, w, *bias, size, stride, padding, dilation, groups):
+def _conv_transpose_reference(
+    y, w, *bias, size, stride, padding, dilation, groups, channels_last=False
+):
     n = y.shape[0]
     x_shape = (n, w.shape[1] * groups) + tuple(size)
     (gx,) = _conv_backward_reference(

@@ -1,0 +1,106 @@
+"""im2col and col2im for 2-d convolutions (1-d as height 1), compiled.
+
+``im2col(x, cols, stride, padding, dilation)``: ``cols[c, kh, kw, n, oh, ow] =
+x[n, c, oh*sh + kh*dh - ph, ow*sw + kw*dw - pw]``, zero where that falls in the padding: the
+convolution's columns laid out (C*KH*KW, N, OH*OW) so that one GEMM covers the batch (see
+``primitives/conv.py``), without a padded copy of the input.
+
+``col2im(gcols, gx, stride, padding, dilation)``: the adjoint, into the unpadded ``gx``
+(zeroed here): every column entry is added to the input element it was read from, kernel
+offsets in order (kh, kw) = (0, 0), (0, 1), ... for every element, the order of the NumPy
+reference, so results are the same bits.
+
+Both are serial: split over the cores with numba's ``prange`` they ran 2-8x slower beside
+OpenBLAS's threads on this 2-core machine (each parallel region waited ~8 ms for sleeping
+workers; ``python benchmarks/conv_shapes.py`` with and without ``NUMBA_NUM_THREADS=1``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def im2col_reference(x, cols, stride, padding, dilation) -> None:
+    n, c, h, w = x.shape
+    _, kh, kw, _, oh, ow = cols.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    xp = np.zeros((n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), x.dtype)
+    xp[:, :, ph : ph + h, pw : pw + w] = x
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
+            cols[:, i, j] = win.transpose(1, 0, 2, 3)
+
+
+def col2im_reference(gcols, gx, stride, padding, dilation) -> None:
+    n, c, h, w = gx.shape
+    _, kh, kw, _, oh, ow = gcols.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    gp = np.zeros((n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), gx.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            view = gp[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
+            view += gcols[:, i, j].transpose(1, 0, 2, 3)
+    gx[...] = gp[:, :, ph : ph + h, pw : pw + w]
+
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+if numba is not None:
+    from .jit import cached_jit
+
+    @cached_jit(boundscheck=False, nogil=True)
+    def _im2col(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
+        n_, c_, h_, w_ = x.shape
+        kh_, kw_, oh_, ow_ = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
+        for c in range(c_):
+            for kh in range(kh_):
+                for kw in range(kw_):
+                    for n in range(n_):
+                        for oh in range(oh_):
+                            ih = oh * sh + kh * dh - ph
+                            dst = cols[c, kh, kw, n, oh]
+                            if ih < 0 or ih >= h_:
+                                for ow in range(ow_):
+                                    dst[ow] = 0
+                                continue
+                            src = x[n, c, ih]
+                            for ow in range(ow_):
+                                iw = ow * sw + kw * dw - pw
+                                dst[ow] = src[iw] if 0 <= iw < w_ else 0
+
+    @cached_jit(boundscheck=False, nogil=True)
+    def _col2im(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
+        n_, c_, h_, w_ = gx.shape
+        kh_, kw_, oh_, ow_ = gcols.shape[1], gcols.shape[2], gcols.shape[4], gcols.shape[5]
+        for c in range(c_):
+            for n in range(n_):
+                gx[n, c] = 0
+            for kh in range(kh_):
+                for kw in range(kw_):
+                    for n in range(n_):
+                        for oh in range(oh_):
+                            ih = oh * sh + kh * dh - ph
+                            if ih < 0 or ih >= h_:
+                                continue
+                            src = gcols[c, kh, kw, n, oh]
+                            dst = gx[n, c, ih]
+                            for ow in range(ow_):
+                                iw = ow * sw + kw * dw - pw
+                                if 0 <= iw < w_:
+                                    dst[iw] += src[ow]
+
+    def im2col(x, cols, stride, padding, dilation) -> None:
+        """Fill ``cols`` (C, KH, KW, N, OH, OW) with the windows of ``x`` (N, C, H, W);
+        ``padding``: (top, left) zeros (the bottom and right follow from the shapes)."""
+        _im2col(x, cols, *stride, *padding, *dilation)
+
+    def col2im(gcols, gx, stride, padding, dilation) -> None:
+        """``gx`` (N, C, H, W) <- the sum of ``gcols``' entries at the elements they came from."""
+        _col2im(gcols, gx, *stride, *padding, *dilation)
+
+else:  # pragma: no cover
+    im2col, col2im = im2col_reference, col2im_reference

@@ -1,0 +1,209 @@
+"""The im2col columns of a convolution and the products over them, in one of two layouts
+chosen per shape (``whole_batch``):
+
+* **per sample**: columns (N, C*prod(K), prod(out)) copied from a strided view of the padded
+  input; the forward and both gradients are batched matmuls, one small product per sample
+  (the weight gradient summed over the batch afterwards); col2im adds strided slices.
+* **whole batch**: columns (C*prod(K), N, prod(out)) written by the compiled kernels
+  (``kernels/im2col.py``, which read the padding as zeros); the forward and both gradients are
+  one GEMM per group over the whole batch, and the weight gradient is computed as its
+  transpose (cols @ g^T), which OpenBLAS splits over its threads. It costs a transposing copy
+  of the output (forward) and of the output gradient (backward): only wide products repay it.
+
+Both layouts give the same values; a conv's forward, ``conv_transpose`` and ``conv_weight``
+choose by the same rule, so columns saved by the forward are read in the layout they were
+written in. The 1-d stride-1 convolution (per-tap products, ``conv.py``) uses neither.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..backend import as_strided, xp_of
+from ..kernels.im2col import col2im, im2col
+from .registry import scratch
+
+# From how many input channels per group the whole-batch layout is used. Measured with
+# ``python benchmarks/conv_shapes.py`` (3x3, batch 128, forward + backward, per sample ->
+# whole batch, loaded machine; all figures in CHANGELOG.md): 1 channel (seed-cnn, the ResNet
+# stem) 0.47 -> 1.64 and 1.76 -> 12.7 ms at 1 thread; 4 and 8 channels 26 -> 28 and 51 -> 57
+# ms at 1 thread, 37 -> 96 and 62 -> 97 ms at 2; from 16 channels the whole batch wins:
+# 133 -> 123 and 58 -> 42 ms at 1 thread, 1.6-6x at 2 (quiet machine, 2 threads: backward
+# halved, forward unchanged).
+WHOLE_BATCH_MIN_CHANNELS = 16
+
+
+def whole_batch(a, channels_per_group: int, ndim: int) -> bool:
+    """Whether the columns of a conv over ``a``'s device with this many input channels per
+    group take the whole-batch layout: CPU arrays of 1-d or 2-d convolutions with at least
+    ``WHOLE_BATCH_MIN_CHANNELS`` input channels per group. With fewer (seed-cnn's and the
+    ResNet stem's single channel) the products are too narrow to repay the layout's copies."""
+    return (
+        type(a) is np.ndarray and ndim in (1, 2) and channels_per_group >= WHOLE_BATCH_MIN_CHANNELS
+    )
+
+
+# -- geometry ----------------------------------------------------------------------------------
+def padded_shape(shape: tuple, padding: tuple) -> tuple:
+    return shape[:2] + tuple(n + lo + hi for n, (lo, hi) in zip(shape[2:], padding))
+
+
+def interior(padding: tuple, shape: tuple) -> tuple:
+    return (slice(None), slice(None)) + tuple(
+        slice(lo, lo + n) for (lo, _), n in zip(padding, shape[2:])
+    )
+
+
+def padded(x: np.ndarray, padding: tuple, buf: np.ndarray | None) -> np.ndarray:
+    """x with zero padding (x itself when there is none), written into ``buf`` when given."""
+    if not any(lo or hi for lo, hi in padding):
+        return x
+    xp = xp_of(x).zeros(padded_shape(x.shape, padding), x.dtype) if buf is None else buf
+    if buf is not None:
+        xp.fill(0)  # a plan's buffer may hold another value's bytes
+    np.copyto(xp[interior(padding, x.shape)], x)
+    return xp
+
+
+def _windows(xp: np.ndarray, ksize, stride, dilation, out_shape) -> np.ndarray:
+    """The (N, C, *K, *out) strided view of every window of the padded input."""
+    sp = xp.strides[2:]
+    return as_strided(
+        xp,
+        shape=xp.shape[:2] + tuple(ksize) + tuple(out_shape),
+        strides=xp.strides[:2]
+        + tuple(a * d for a, d in zip(sp, dilation))
+        + tuple(a * s for a, s in zip(sp, stride)),
+    )
+
+
+def _offset_slices(offsets, stride, dilation, out_shape) -> tuple:
+    """Index of the elements that kernel offset ``offsets`` meets at every output position."""
+    return (slice(None), slice(None)) + tuple(
+        slice(o * d, o * d + s * (n - 1) + 1, s)
+        for o, s, d, n in zip(offsets, stride, dilation, out_shape)
+    )
+
+
+def grouped(a: np.ndarray, groups: int, axis: int) -> np.ndarray:
+    """``a`` with its axis ``axis`` split into (groups, rest): a view."""
+    return a.reshape(a.shape[:axis] + (groups, a.shape[axis] // groups) + a.shape[axis + 1 :])
+
+
+# -- the whole-batch layout's 2-d view of a 1-d convolution ------------------------------------
+def _as4(a: np.ndarray) -> np.ndarray:
+    return a[:, :, None, :] if a.ndim == 3 else a
+
+
+def _pairs2(stride, padding, dilation) -> tuple:
+    """The geometry as the 2-d kernels take it (a 1-d convolution is one of height 1)."""
+    if len(stride) == 1:
+        return (1, stride[0]), (0, padding[0][0]), (1, dilation[0])
+    return tuple(stride), (padding[0][0], padding[1][0]), tuple(dilation)
+
+
+def _cols6(cols, ksize, n, out_shape) -> np.ndarray:
+    k2 = (1, *ksize) if len(ksize) == 1 else tuple(ksize)
+    o2 = (1, *out_shape) if len(out_shape) == 1 else tuple(out_shape)
+    return cols.reshape((cols.shape[0] // math.prod(k2), *k2, n, *o2))
+
+
+def _by_channel(g, ws) -> np.ndarray:
+    """The output gradient (N, O, *out) as (O, N*prod(out)): the GEMM operand of both
+    gradients in the whole-batch layout (a copy, kept in ``ws``)."""
+    n, o, p = g.shape[0], g.shape[1], math.prod(g.shape[2:])
+    gt = scratch(ws, "gT", (o, n, p), g.dtype, like=g)
+    np.copyto(gt, g.reshape(n, o, p).transpose(1, 0, 2))
+    return gt.reshape(o, n * p)
+
+
+# -- the columns and the three products --------------------------------------------------------
+def cols_shape(batch: bool, x_shape, ksize, out_shape) -> tuple:
+    ck, n, p = x_shape[1] * math.prod(ksize), x_shape[0], math.prod(out_shape)
+    return (ck, n, p) if batch else (n, ck, p)
+
+
+def fill_cols(batch, x, ksize, stride, padding, dilation, out_shape, cols, ws) -> np.ndarray:
+    """``cols`` <- the windows of x (im2col) in the layout ``batch`` names."""
+    if batch:
+        im2col(
+            _as4(x), _cols6(cols, ksize, x.shape[0], out_shape), *_pairs2(stride, padding, dilation)
+        )
+        return cols
+    buf = None
+    if ws is not None and any(lo or hi for lo, hi in padding):
+        buf = ws.array("xp", padded_shape(x.shape, padding), x.dtype, like=x)
+    window = _windows(padded(x, padding, buf), ksize, stride, dilation, out_shape)
+    np.copyto(cols.reshape(window.shape), window)
+    return cols
+
+
+def forward_product(batch, w, cols, res, groups, ws) -> None:
+    """``res`` (N, O, *out) <- W @ cols, per group."""
+    n, o = res.shape[:2]
+    w2 = grouped(w.reshape(o, -1), groups, 0)  # (G, O/G, C/G*K)
+    if batch:  # one GEMM over the batch, then (O, N, P) laid out as (N, O, P)
+        p = cols.shape[2]
+        z = scratch(ws, "z", (o, n * p), res.dtype, like=res)
+        np.matmul(w2, cols.reshape(groups, -1, n * p), out=z.reshape(groups, o // groups, n * p))
+        np.copyto(res.reshape(n, o, p), z.reshape(o, n, p).transpose(1, 0, 2))
+    elif groups == 1:
+        np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
+    else:
+        np.matmul(w2, grouped(cols, groups, 1), out=grouped(res.reshape(n, o, -1), groups, 1))
+
+
+def input_product(batch, g, w, gx, stride, padding, dilation, groups, ws) -> None:
+    """``gx`` (the input's shape) <- col2im(W^T g): the adjoint of the forward in x."""
+    n, o = g.shape[:2]
+    ksize = w.shape[2:]
+    gcols = scratch(ws, "gcols", cols_shape(batch, gx.shape, ksize, g.shape[2:]), g.dtype, like=g)
+    wt = np.swapaxes(grouped(w.reshape(o, -1), groups, 0), 1, 2)  # (G, C/G*K, O/G)
+    if batch:
+        gt = _by_channel(g, ws)
+        np.matmul(wt, grouped(gt, groups, 0), out=gcols.reshape(groups, -1, gt.shape[1]))
+        col2im(_cols6(gcols, ksize, n, g.shape[2:]), _as4(gx), *_pairs2(stride, padding, dilation))
+        return
+    g2 = g.reshape(n, o, -1)
+    if groups == 1:
+        np.matmul(w.reshape(o, -1).T, g2, out=gcols)
+    else:
+        np.matmul(wt, grouped(g2, groups, 1), out=grouped(gcols, groups, 1))
+    pads = any(lo or hi for lo, hi in padding)
+    target = scratch(ws, "gxp", padded_shape(gx.shape, padding), g.dtype, like=g) if pads else gx
+    target.fill(0)
+    c = target.shape[1]
+    gc = gcols.reshape((n, c) + tuple(ksize) + tuple(g.shape[2:]))
+    for offs in itertools.product(*(range(k) for k in ksize)):  # col2im: one slice per offset
+        view = target[_offset_slices(offs, stride, dilation, g.shape[2:])]
+        np.add(view, gc[(slice(None), slice(None)) + offs], out=view)
+    if target is not gx:
+        np.copyto(gx, target[interior(padding, gx.shape)])
+
+
+def weight_product(batch, g, cols, gw, groups, ws) -> None:
+    """``gw`` <- g @ cols^T summed over the batch, per group: the adjoint in w."""
+    n, o = g.shape[:2]
+    if batch:
+        # as its transpose cols @ g^T: with the batch as the inner dimension, BLAS splits that
+        # product over its threads and the other way round it does not (8x on MNIST's shapes)
+        gt = _by_channel(g, ws)
+        m, ck = gt.shape[1], cols.shape[0] // groups
+        tmp = scratch(ws, "gwT", (groups, ck, o // groups), g.dtype, like=g)
+        np.matmul(cols.reshape(groups, ck, m), grouped(gt, groups, 0).transpose(0, 2, 1), out=tmp)
+        np.copyto(gw.reshape(groups, o // groups, ck), tmp.transpose(0, 2, 1))
+        return
+    g2 = g.reshape(n, o, -1)
+    tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1] // groups), g.dtype, like=g)
+    if groups == 1:
+        np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
+    else:
+        np.matmul(
+            grouped(g2, groups, 1),
+            np.swapaxes(grouped(cols, groups, 1), 2, 3),
+            out=grouped(tmp, groups, 1),
+        )
+    np.sum(tmp, axis=0, out=gw.reshape(o, -1))
