@@ -405,34 +405,6 @@ def check_same_device(op: str, arrays) -> Device:
     return first or CPU
 
 
-def normalize_axis(axis, ndim: int, op: str = "") -> tuple[int, ...]:
-    """``axis`` (None, int or sequence, negatives allowed) as a sorted tuple of axes >= 0.
-
-    A 0-d array accepts axis 0 and -1 (as PyTorch does) and has no axis to reduce: ``()``.
-    An axis out of range raises ``IndexOutOfRange`` (an ``IndexError``, as in PyTorch) whose
-    message starts with ``op`` when given."""
-    if axis is None:
-        return tuple(range(ndim))
-    if isinstance(axis, (int, np.integer)):
-        axis = (axis,)
-    out = []
-    for a in axis:
-        a = int(a)
-        if not -ndim <= a < max(ndim, 1) and not (ndim == 0 and a in (0, -1)):
-            from .errors import IndexOutOfRange
-
-            lo, hi = -max(ndim, 1), max(ndim, 1) - 1
-            raise IndexOutOfRange(
-                f"{op + ': ' if op else ''}dimension {a} is out of range for a tensor of rank "
-                f"{ndim} (expected in [{lo}, {hi}])"
-            )
-        if ndim:
-            out.append(a % ndim)
-    if len(set(out)) != len(out):
-        raise ValueError(f"repeated axis in {tuple(axis)}")
-    return tuple(sorted(out))
-
-
 def expand_reduced(g: np.ndarray, in_ndim: int, axes: tuple[int, ...], keepdims: bool):
     """Give a reduction's output gradient back the reduced axes (as size-1 dims)."""
     if keepdims or not axes or in_ndim == 0:

@@ -21,7 +21,6 @@ from .primitive import (  # noqa: F401
     Sample,
     Workspace,
     apply,
-    differentiating,
     primitive,
     register,
     run,

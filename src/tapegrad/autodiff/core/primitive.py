@@ -212,13 +212,6 @@ def run(prim: Primitive, *args, **attrs):
     return out[0] if prim.aux and type(out) is tuple else out  # its result, not what it saved
 
 
-def differentiating(g) -> bool:
-    """Whether a rule runs to build a gradient graph (its output cotangent ``g`` is a Tensor
-    and operations record): then it must compute from the inputs what its forward saved, so
-    that the saved values' dependence on the inputs is differentiated too."""
-    return isinstance(g, TensorBase) and _GradMode.enabled
-
-
 REGISTRY: dict[str, Primitive] = {}
 
 

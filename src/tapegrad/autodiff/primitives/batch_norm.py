@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import xp_of
 from ..kernels.batch_norm import (
     batch_norm_backward as _backward_kernel,
 )
@@ -132,7 +133,8 @@ def _backward_forward(g, x, w, mean, rstd, out=None, ws=None):
 
 def _moments_forward(x, out=None, ws=None):
     c = x.shape[1]
-    mean, var = (np.empty(c, x.dtype), np.empty(c, x.dtype)) if out is None else out
+    xp = xp_of(x)
+    mean, var = (xp.empty(c, x.dtype), xp.empty(c, x.dtype)) if out is None else out
     if not _kernel_ok(x):
         batch_stats_reference(x.reshape(x.shape[0], c, -1), mean, var)
     else:

@@ -10,10 +10,10 @@ import builtins
 
 import numpy as np
 
-from ..backend import expand_reduced, is_array, normalize_axis, xp_of
+from ..backend import expand_reduced, is_array, xp_of
 from ..kernels.norm import softmax_backward as softmax_backward_rows
 from . import samples as S
-from .args import pick_axis
+from .args import normalize_axis, pick_axis
 from .elementwise import absolute, exp, power, sqrt
 from .registry import Sample, primitive, run, scratch
 from .shape import _broadcast_to
@@ -64,14 +64,19 @@ def _count(x, axis):
 
 
 def _mean_fwd(x, axis, keepdims, out=None):
-    if out is None or x.dtype.kind != "f" or out.dtype != x.dtype:
-        return np.mean(x, axis=axis, keepdims=keepdims, out=out)
+    if (
+        type(x) is not np.ndarray
+        or x.dtype.kind != "f"
+        or (out is not None and out.dtype != x.dtype)
+    ):
+        return np.mean(x, axis=axis, keepdims=keepdims, out=out)  # a device's arrays; integers
     # np.mean divides by an integer count, which for float32 runs float64's loop through
     # NumPy's buffered iterator (a temporary each call); the same sum divided by the count in
     # the array's dtype gives the same bits (a float64 quotient rounded to float32 is the
-    # correctly rounded float32 quotient) and allocates nothing
-    np.sum(x, axis=axis, keepdims=keepdims, out=out)
-    return np.divide(out, x.dtype.type(_count(x, axis)), out=out)
+    # correctly rounded float32 quotient) and allocates nothing. Eager and compiled calls both
+    # take this path.
+    total = np.asarray(np.sum(x, axis=axis, keepdims=keepdims, out=out))
+    return np.divide(total, x.dtype.type(_count(x, axis)), out=total)
 
 
 _mean = primitive(

@@ -6,7 +6,6 @@ from ..core.primitive import (  # noqa: F401
     Primitive,
     Sample,
     Workspace,
-    differentiating,
     primitive,
     register,
     run,

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import expand_reduced, normalize_axis, ufunc_accumulate, xp_of
+from ..backend import expand_reduced, ufunc_accumulate, xp_of
 from ..errors import DTypeError, ShapeError
 from ..kernels.dispatch import cuda_kernels
 from ..kernels.scan import linear_recurrence
 from . import samples as S
-from .args import _into, axes_of, dtype_of, one_axis, shape_of
+from .args import _into, axes_of, dtype_of, normalize_axis, one_axis, shape_of
 from .elementwise import exp
 from .indexing import gather
 from .registry import Sample, primitive, run

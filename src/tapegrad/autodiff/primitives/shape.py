@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import asarray, empty, is_array, normalize_axis, ufunc_at, xp_of
+from ..backend import asarray, empty, is_array, ufunc_at, xp_of
 from ..core.state import _TRACING
 from ..errors import ShapeError
 from ..kernels.dispatch import cuda_kernels
 from ..kernels.reduce import sum_rows
 from ..promotion import result_type
 from . import samples as S
+from .args import normalize_axis
 from .elementwise import astype
 from .registry import Sample, primitive, run
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff import ops
+from ...autodiff.backend import xp_of
 from ...autodiff.errors import ShapeError
 from ...autodiff.graph import no_grad
 from ...autodiff.primitives.batch_norm import batch_moments, batch_norm_train
@@ -89,9 +90,9 @@ def batch_norm(
                 if running_var is not None:
                     unbiased = var * (n / (n - 1))
                     ops.assign(running_var, running_var * (1.0 - momentum) + unbiased * momentum)
-        dt = x.dtype
-        w = weight if weight is not None else np.ones(c, dt)
-        b = bias if bias is not None else np.zeros(c, dt)
+        xp = xp_of(x.data)
+        w = weight if weight is not None else xp.ones(c, x.dtype)
+        b = bias if bias is not None else xp.zeros(c, x.dtype)
         return batch_norm_train(x, w, b, eps=float(eps))
     else:
         if running_mean is None or running_var is None:
