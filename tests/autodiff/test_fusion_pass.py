@@ -140,4 +140,35 @@ def test_an_intermediate_read_elsewhere_is_not_fused():
 
 def test_the_table_names_every_rule_once():
     anchors = [a for a, _ in FUSIONS]
-    assert anchors == ["max_pool1d", "max_pool2d", "relu"]  # pools before ReLU: priority
+    assert anchors == ["conv_weight", "max_pool1d", "max_pool2d", "relu"]  # pools before ReLU
+
+
+def test_a_channels_last_convolutions_two_gradients_fuse_and_match_eager():
+    """The text CNN's pattern: embeddings permuted into a Conv1d (a channels-last input), ReLU
+    and max pooling, so the output gradient is sparse and both of the convolution's gradients
+    take the direct kernel: one pass of it (conv_grads) in the plan, eager's bits."""
+    tg.manual_seed(0)
+    emb, conv = nn.Embedding(40, 6), nn.Conv1d(6, 4, 3)
+    pool = nn.MaxPool1d(4)
+    params = [*emb.parameters(), *conv.parameters()]
+
+    def step(ids, w):
+        for p in params:
+            p.grad = None
+        h = conv(emb(ids).permute(0, 2, 1))
+        loss = (pool(h.relu()) * w).sum()
+        loss.backward()
+        return loss
+
+    f = tg.compile(step)
+    rng = np.random.default_rng(6)
+    for _ in range(4):
+        ids = rng.integers(0, 40, (5, 18))
+        w = rng.standard_normal((5, 4, 4)).astype(np.float32)
+        eager_loss = step(ids, w).data.copy()
+        eager = [p.grad.copy() for p in params]
+        assert _bits(f(ids, w).data) == _bits(eager_loss)
+        for p, g in zip(params, eager):
+            assert _bits(p.grad) == _bits(g)
+    names = _names(f.all_plans[0])
+    assert "conv_grads" in names and "conv_weight" not in names

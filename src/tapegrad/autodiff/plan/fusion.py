@@ -23,6 +23,7 @@ import numpy as np
 from ..primitives.fused import (
     bias_relu,
     bias_relu_backward_kernel,
+    conv_grads,
     relu_max_pool,
     relu_max_pool_backward_kernel,
 )
@@ -175,7 +176,37 @@ def _fuse_relu_max_pool(pool: Eq, uses: _Uses, values: list, drop: set) -> None:
         drop.update((id(route), id(greater)))
 
 
+# -- a channels-last convolution's two gradients -------------------------------------------------
+def _fuse_conv_grads(weight: Eq, uses: _Uses, values: list, drop: set) -> None:
+    """``gx = conv_transpose(g, w, channels_last); gw = conv_weight(x, g, *saved)`` (one
+    convolution's input and weight gradients, the text CNN's) -> ``gx, gw = conv_grads(g, x,
+    w, *saved)``, whose forward runs the direct kernel once for both where each would run it."""
+    g = _var(weight.ins[1])
+    if g is None or id(weight) in drop:
+        return
+    geometry = ("stride", "padding", "dilation", "groups")
+    for e in uses.read_by(g):
+        if (
+            isinstance(e, Eq)
+            and id(e) not in drop
+            and e.prim.name == "conv_transpose"
+            and e.attrs.get("channels_last")
+            and len(e.ins) == 2
+            and _var(e.ins[0]) == g
+            and all(e.attrs[k] == weight.attrs[k] for k in geometry)
+        ):
+            break
+    else:
+        return
+    attrs = {k: weight.attrs[k] for k in ("ksize", *geometry)}
+    e.prim, e.attrs, e.packed = conv_grads, {**attrs, "size": e.attrs["size"]}, True
+    e.ins = [e.ins[0], weight.ins[0], e.ins[1], *weight.ins[2:]]
+    e.outs = [e.outs[0], weight.outs[0]]
+    drop.add(id(weight))
+
+
 FUSIONS: list[tuple[str, Callable]] = [
+    ("conv_weight", _fuse_conv_grads),
     ("max_pool1d", _fuse_relu_max_pool),
     ("max_pool2d", _fuse_relu_max_pool),
     ("relu", _fuse_bias_relu),

@@ -18,8 +18,15 @@ from ..kernels.dispatch import cuda_kernels
 from ..kernels.fused import bias_relu_backward, bias_relu_forward
 from ..kernels.pool import pool_arg_dtype
 from . import samples as S
+from .conv import (
+    _conv_transpose_fwd,
+    _conv_weight_fwd,
+    _kernel_scratch,
+    direct_backward_applies,
+    direct_backward_sparse,
+)
 from .pool import _pool_reference, _pool_samples
-from .registry import Sample, primitive, run, scratch
+from .registry import Primitive, Sample, primitive, run, scratch
 
 
 # -- bias + ReLU -------------------------------------------------------------------------------
@@ -176,4 +183,41 @@ relu_max_pool_backward_kernel = primitive(
     samples=_relu_max_pool_backward_samples,
     doc="relu_max_pool's VJP: each output gradient added at its window's maximum where the "
     "output is positive, in a zero array of the input's shape. Not differentiable.",
+)
+
+
+# -- a convolution's two gradients from one sparse output gradient -------------------------------
+def _conv_grads_fwd(
+    g, x, w, *saved, size, ksize, stride, padding, dilation, groups, out=None, ws=None
+):
+    """(conv_transpose(g, w), conv_weight(x, g)) of a channels-last convolution (the text CNN's):
+    where both would take the direct kernel (a sparse g: ReLU and max pooling leave 1/K of it),
+    one pass of it computes both, each entry accumulated in the order either pass alone would;
+    otherwise the two primitives' own forwards."""
+    gx, gw = (None, None) if out is None else out
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    if gx is None:
+        gx = _conv_transpose_fwd(g, w, size=size, channels_last=True, ws=ws, **geometry)
+        return gx, _conv_weight_fwd(x, g, *saved, ksize=ksize, ws=ws, **geometry)
+    if (
+        direct_backward_applies(gx, w, stride, padding, dilation, groups)
+        and direct_backward_applies(x, gw, stride, padding, dilation, groups)
+        and direct_backward_sparse(g)
+    ):
+        from ..kernels.conv import conv_backward as direct
+
+        direct(np.ascontiguousarray(g), x, w, gw, None, gx, _kernel_scratch(ws, g))
+        return gx, gw
+    _conv_transpose_fwd(g, w, size=size, channels_last=True, out=gx, ws=ws, **geometry)
+    _conv_weight_fwd(x, g, *saved, ksize=ksize, out=gw, ws=ws, **geometry)
+    return gx, gw
+
+
+conv_grads = Primitive(
+    "conv_grads",
+    _conv_grads_fwd,
+    None,
+    doc="A channels-last convolution's input and weight gradients from one output gradient "
+    "(what conv_transpose and conv_weight compute), in one pass of the direct kernel where "
+    "both would take it. Made only by the fusion pass.",
 )
