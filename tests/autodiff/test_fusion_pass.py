@@ -140,7 +140,7 @@ def test_an_intermediate_read_elsewhere_is_not_fused():
 
 def test_the_table_names_every_rule_once():
     anchors = [a for a, _ in FUSIONS]
-    assert anchors == ["conv_weight", "max_pool1d", "max_pool2d", "relu"]  # pools before ReLU
+    assert anchors == ["batch_moments", "conv_weight", "max_pool1d", "max_pool2d", "relu"]
 
 
 def test_a_channels_last_convolutions_two_gradients_fuse_and_match_eager():

@@ -3,7 +3,8 @@ statistics of its N * S values, forward and backward in two passes each.
 
 Forward, per channel: ``mean``, ``var = mean((x - mean)^2)`` (two passes, no cancellation),
 ``rstd = 1 / sqrt(var + eps)`` and ``y = (x - mean) * rstd * w + b``; the channel's mean and
-rstd are kept for the backward pass. Backward, with ``xhat = (x - mean) * rstd``:
+rstd are kept for the backward pass (and its biased variance written out, the running
+statistics' input). Backward, with ``xhat = (x - mean) * rstd``:
 ``gb = sum(g)``, ``gw = sum(g * xhat)``, ``gx = rstd * w * (g - gb / n - xhat * gw / n)``.
 Sums accumulate in float64 (four interleaved partial sums per row, rows added in order), so the
 results do not depend on anything but the input; the composed form takes about nine passes each
@@ -23,12 +24,13 @@ def batch_stats_reference(x, mean, var) -> None:
     var[...] = (c * c).mean(axis=axes, dtype=np.float64)
 
 
-def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd) -> None:
+def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd, var) -> None:
     m = x.mean(axis=(0, 2), dtype=np.float64)
     c = x - m[None, :, None]
-    r = 1 / np.sqrt((c * c).mean(axis=(0, 2), dtype=np.float64) + eps)
+    v = (c * c).mean(axis=(0, 2), dtype=np.float64)
+    r = 1 / np.sqrt(v + eps)
     y[...] = c * (r * w)[None, :, None] + b[None, :, None]
-    mean[...], rstd[...] = m, r
+    mean[...], rstd[...], var[...] = m, r, v
 
 
 def batch_norm_backward_reference(g, x, w, mean, rstd, gx, gw, gb) -> None:
@@ -72,7 +74,9 @@ if numba is not None:
             mean[c], var[c] = _moments(x, c)
 
     @cached_jit(**_opts)
-    def batch_norm_forward(x, w, b, eps, y, mean, rstd):  # pragma: no cover - compiled
+    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var):  # pragma: no cover - compiled
+        """``y``, and each channel's mean, rstd and biased variance (``var``: what
+        :func:`batch_stats` gives, for a plan that fuses the two)."""
         for c in range(x.shape[1]):
             m, v = _moments(x, c)
             rs = 1.0 / np.sqrt(v + eps)
@@ -81,7 +85,7 @@ if numba is not None:
                 xr, yr = x[i, c], y[i, c]
                 for j in range(xr.size):
                     yr[j] = (xr[j] - m) * scale + b[c]
-            mean[c], rstd[c] = m, rs
+            mean[c], rstd[c], var[c] = m, rs, v
 
     @cached_jit(**_opts)
     def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb):  # pragma: no cover - compiled

@@ -2,11 +2,11 @@
 
 Run on every plan (forward-only, training, ``create_graph``) before dead code is dropped. Each
 entry of :data:`FUSIONS` names the equation that anchors a pattern and a rule that looks around
-it (who made its inputs, who reads its outputs) and, where the pattern and the arrays' shapes and
-layouts fit, rewrites the equations in place into fused primitives (``primitives/fused.py``): a
-forward pattern and the backward pattern of the same pair together, or the forward alone where
-the plan has no backward pass. Equations left unread (the pair's intermediate value) are then
-dead code.
+it (who made its inputs, who reads its outputs) and, where the pattern and the arrays' shapes
+and layouts fit, rewrites the equations in place into fused primitives
+(``primitives/fused.py``): a forward pattern and the backward pattern of the same pair together,
+or the forward alone where the plan has no backward pass, or two equations that compute the same
+statistics. Equations left unread (the pair's intermediate value) are then dead code.
 
 A fused primitive computes the same arithmetic as the equations it replaces, so a plan's results
 are eager's bits: that is proven, for every entry, by ``tests/autodiff/test_fusion_pass.py``
@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..primitives.batch_norm import batch_norm_train_moments
 from ..primitives.fused import (
     bias_relu,
     bias_relu_backward_kernel,
@@ -205,7 +206,27 @@ def _fuse_conv_grads(weight: Eq, uses: _Uses, values: list, drop: set) -> None:
     drop.add(id(weight))
 
 
+# -- BatchNorm's statistics, once ---------------------------------------------------------------
+def _fuse_batch_moments(moments: Eq, uses: _Uses, values: list, drop: set) -> None:
+    """``y, mean, rstd = batch_norm_train(x, w, b)`` then ``m, v = batch_moments(x)`` (the
+    running statistics' input: the same statistics again) -> ``y, mean, rstd, m, v =
+    batch_norm_train_moments(x, w, b)``, one pass of statistics."""
+    x = _var(moments.ins[0])
+    if x is None:
+        return
+    for e in uses.read_by(x):
+        if e is moments:
+            return  # no normalisation of x before it
+        if isinstance(e, Eq) and id(e) not in drop and e.prim.name == "batch_norm_train":
+            break
+    else:
+        return
+    e.prim, e.outs, e.packed = batch_norm_train_moments, [*e.outs, *moments.outs], True
+    drop.add(id(moments))
+
+
 FUSIONS: list[tuple[str, Callable]] = [
+    ("batch_moments", _fuse_batch_moments),
     ("conv_weight", _fuse_conv_grads),
     ("max_pool1d", _fuse_relu_max_pool),
     ("max_pool2d", _fuse_relu_max_pool),

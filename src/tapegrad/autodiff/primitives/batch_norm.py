@@ -30,7 +30,7 @@ from ..kernels.batch_norm import (
 )
 from . import samples as S
 from .elementwise import rsqrt
-from .registry import Sample, primitive, run, scratch
+from .registry import Primitive, Sample, primitive, run, scratch
 
 
 def _nc_s(a):
@@ -53,30 +53,39 @@ def _contiguous(x, ws, key):
     return c
 
 
+def _normalise(x, w, b, eps, y, mean, rstd, var, ws):
+    """``y`` and each channel's mean, rstd and biased variance into the given arrays (``None``:
+    made here); one pass of statistics serves all four."""
+    c = x.shape[1]
+    xp = xp_of(x)
+    y = xp.empty(x.shape, x.dtype) if y is None else y
+    mean = scratch(ws, "mean", (c,), x.dtype, like=x) if mean is None else mean
+    rstd = scratch(ws, "rstd", (c,), x.dtype, like=x) if rstd is None else rstd
+    var = scratch(ws, "var", (c,), x.dtype, like=x) if var is None else var
+    target = y if y.flags.c_contiguous else scratch(ws, "y", x.shape, x.dtype, like=x)
+    # a device's arrays: the NumPy reference, which their array module runs
+    kernel = _forward_kernel if _kernel_ok(x, w, b) else batch_norm_forward_reference
+    kernel(_nc_s(_contiguous(x, ws, "x")), w, b, eps, _nc_s(target), mean, rstd, var)
+    if target is not y:
+        y[...] = target
+    return y, mean, rstd, var
+
+
 def _forward(x, w, b, eps, out=None, ws=None):
     y, mean, rstd = (None, None, None) if out is None else out
-    c = x.shape[1]
-    if not _kernel_ok(x, w, b):  # a device's arrays: the reference formula in array operations
-        axes = (0, *range(2, x.ndim))
-        shape = (1, c) + (1,) * (x.ndim - 2)
-        m = x.mean(axis=axes, keepdims=True)
-        d = x - m
-        r = 1 / (((d * d).mean(axis=axes, keepdims=True) + eps) ** 0.5)
-        res = (d * (r * w.reshape(shape)) + b.reshape(shape), m.reshape(c), r.reshape(c))
-        if out is None:
-            return res
-        for buf, v in zip(out, res):
-            buf[...] = v
-        return out
-    y = np.empty(x.shape, x.dtype) if y is None else y
-    mean = scratch(ws, "mean", (c,), x.dtype) if mean is None else mean
-    rstd = scratch(ws, "rstd", (c,), x.dtype) if rstd is None else rstd
-    xc = _contiguous(x, ws, "x")
-    target = y if y.flags.c_contiguous else scratch(ws, "y", x.shape, x.dtype)
-    _forward_kernel(_nc_s(xc), w, b, eps, _nc_s(target), mean, rstd)
-    if target is not y:
-        np.copyto(y, target)
-    return y, mean, rstd
+    return _normalise(x, w, b, eps, y, mean, rstd, None, ws)[:3]
+
+
+def _forward_and_moments(x, w, b, eps, out=None, ws=None):
+    """``batch_norm_train``'s outputs and ``batch_moments``' of the same ``x`` from one pass of
+    statistics (the fused primitive the fusion pass puts in place of the two)."""
+    y, mean, rstd, moments_mean, var = (None,) * 5 if out is None else out
+    y, mean, rstd, var = _normalise(x, w, b, eps, y, mean, rstd, var, ws)
+    if moments_mean is None:
+        moments_mean = mean.copy()
+    else:
+        moments_mean[...] = mean
+    return y, mean, rstd, moments_mean, var
 
 
 def _axes_shape(x):
@@ -146,7 +155,8 @@ def _reference(x, w, b, eps):
     y = np.empty(x.shape)
     c = x.shape[1]
     xs = x.reshape(x.shape[0], c, -1)
-    batch_norm_forward_reference(xs, w, b, eps, y.reshape(xs.shape), np.empty(c), np.empty(c))
+    stats = (np.empty(c), np.empty(c), np.empty(c))
+    batch_norm_forward_reference(xs, w, b, eps, y.reshape(xs.shape), *stats)
     return y
 
 
@@ -210,4 +220,11 @@ batch_moments = primitive(
     samples=lambda rng: [Sample((S.values(rng, s),)) for s in [(4, 3), (3, 2, 5), (2, 3, 2, 3)]],
     doc="Each channel's mean and biased variance over N and the axes after C, as "
     "batch_norm_train computes them (two outputs; not differentiable).",
+)
+batch_norm_train_moments = Primitive(
+    "batch_norm_train_moments",
+    _forward_and_moments,
+    None,
+    doc="batch_norm_train's three outputs and batch_moments' two for the same input from one "
+    "pass of statistics. Made only by the fusion pass.",
 )

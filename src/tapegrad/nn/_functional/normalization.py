@@ -82,7 +82,12 @@ def batch_norm(
             raise ValueError(
                 f"{op}: training needs more than 1 value per channel, got input {x.shape}"
             )
+        xp = xp_of(x.data)
+        w = weight if weight is not None else xp.ones(c, x.dtype)
+        b = bias if bias is not None else xp.zeros(c, x.dtype)
+        y = batch_norm_train(x, w, b, eps=float(eps))
         if running_mean is not None or running_var is not None:
+            # the same statistics again (compiled plans fuse the two into one pass)
             with no_grad():
                 mean, var = batch_moments(x)
                 if running_mean is not None:
@@ -90,10 +95,7 @@ def batch_norm(
                 if running_var is not None:
                     unbiased = var * (n / (n - 1))
                     ops.assign(running_var, running_var * (1.0 - momentum) + unbiased * momentum)
-        xp = xp_of(x.data)
-        w = weight if weight is not None else xp.ones(c, x.dtype)
-        b = bias if bias is not None else xp.zeros(c, x.dtype)
-        return batch_norm_train(x, w, b, eps=float(eps))
+        return y
     else:
         if running_mean is None or running_var is None:
             raise ValueError(
