@@ -34,13 +34,10 @@ def main(argv: list[str] | None = None) -> None:
 
     ex = setup(args.preset, data_dir=args.data_dir, log=None)
     trainer = Trainer(ex.model, ex.optimizer, ex.preset.task, progress=False, log=None)
-    bs = ex.preset.batch_size
-    x, y = ex.data.train.x, ex.data.train.y
-    batches = max(1, min(len(y) // bs, 200))
+    batches = training_batches(ex.data.train, ex.preset.batch_size, 200)
 
     def step(i: int) -> None:
-        j = i % batches
-        trainer.train_step(x[j * bs : (j + 1) * bs], y[j * bs : (j + 1) * bs])
+        trainer.train_step(*batches[i % len(batches)])
 
     for i in range(5):
         step(i)
@@ -57,6 +54,21 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.preset}: {total:.1f} us per training step ({args.threads} thread(s)), of which:")
     for name, sec in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"{sec / args.steps * 1e6:9.1f} us  {name}")
+
+
+def training_batches(train, batch_size: int, most: int) -> list:
+    """Up to ``most`` full batches of the training data, in epoch 0's order: arrays (``x``,
+    ``y``) or a corpus that draws its own batches (``batches(batch_size)``)."""
+    if hasattr(train, "x"):
+        n = max(1, min(len(train.y) // batch_size, most))
+        s = [slice(j * batch_size, (j + 1) * batch_size) for j in range(n)]
+        return [(train.x[k], train.y[k]) for k in s]
+    out = []
+    for xb, yb in train.batches(batch_size).epoch(0):
+        if len(xb) < batch_size or len(out) == most:
+            break
+        out.append((xb, yb))
+    return out
 
 
 def timed(fn, name: str, spent: dict):

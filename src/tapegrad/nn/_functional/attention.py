@@ -117,7 +117,10 @@ def scaled_dot_product_attention(
         else:
             keep = ops.logical_and(attn_mask, keep)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    out, _ = _attend(q * s, k, v, keep, bias, dropout_p, rng, safe=True)
+    # a causal mask alone leaves every query key 0, so no row can be all masked: the guard
+    # against such rows (a max, a comparison and two selections each way) has nothing to do
+    safe = attn_mask is not None or n_k == 0
+    out, _ = _attend(q * s, k, v, keep, bias, dropout_p, rng, safe=safe)
     return out
 
 
