@@ -7,13 +7,17 @@ rstd are kept for the backward pass (and its biased variance written out, the ru
 statistics' input). Backward, with ``xhat = (x - mean) * rstd``:
 ``gb = sum(g)``, ``gw = sum(g * xhat)``, ``gx = rstd * w * (g - gb / n - xhat * gw / n)``.
 Sums accumulate in float64 (four interleaved partial sums per row, rows added in order), so the
-results do not depend on anything but the input; the composed form takes about nine passes each
-way and allocates a temporary per step.
+results do not depend on anything but the input (channels are split over numba's threads
+from ``PARALLEL_MIN_SIZE`` elements, each channel computed whole by one thread); the composed
+form takes about nine passes each way and allocates a temporary per step.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+# from how many elements of x a kernel splits its channels over numba's threads
+PARALLEL_MIN_SIZE = 1 << 16
 
 
 def batch_stats_reference(x, mean, var) -> None:
@@ -67,57 +71,102 @@ if numba is not None:
             q += _sq_dev_sum(x[i, c], m)
         return m, q / count
 
+    @cached_jit(inline="always", **_opts)
+    def _stats_channel(x, mean, var, c):  # pragma: no cover - compiled
+        mean[c], var[c] = _moments(x, c)
+
+    @cached_jit(inline="always", **_opts)
+    def _forward_channel(x, w, b, eps, y, mean, rstd, var, c):  # pragma: no cover - compiled
+        m, v = _moments(x, c)
+        rs = 1.0 / np.sqrt(v + eps)
+        scale = rs * w[c]
+        for i in range(x.shape[0]):
+            xr, yr = x[i, c], y[i, c]
+            for j in range(xr.size):
+                yr[j] = (xr[j] - m) * scale + b[c]
+        mean[c], rstd[c], var[c] = m, rs, v
+
+    @cached_jit(inline="always", **_opts)
+    def _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c):  # pragma: no cover - compiled
+        count = x.shape[0] * x.shape[2]
+        m, rs = np.float64(mean[c]), np.float64(rstd[c])
+        sb = 0.0
+        sw = 0.0
+        for i in range(x.shape[0]):
+            gr, xr = g[i, c], x[i, c]
+            a0 = a1 = 0.0
+            c0 = c1 = 0.0
+            n2 = xr.size - xr.size % 2
+            for j in range(0, n2, 2):
+                g0, g1 = np.float64(gr[j]), np.float64(gr[j + 1])
+                a0 += g0
+                a1 += g1
+                c0 += g0 * ((xr[j] - m) * rs)
+                c1 += g1 * ((xr[j + 1] - m) * rs)
+            for j in range(n2, xr.size):
+                g0 = np.float64(gr[j])
+                a0 += g0
+                c0 += g0 * ((xr[j] - m) * rs)
+            sb += a0 + a1
+            sw += c0 + c1
+        scale = rs * w[c]
+        k1, k2 = sb / count, sw / count
+        for i in range(x.shape[0]):
+            gr, xr, out = g[i, c], x[i, c], gx[i, c]
+            for j in range(xr.size):
+                out[j] = scale * (np.float64(gr[j]) - k1 - (xr[j] - m) * rs * k2)
+        gw[c], gb[c] = sw, sb
+
+    # one loop over the channels each: serial, and split over numba's threads (the channels are
+    # independent and each is computed whole by one thread, so the bits do not depend on it)
     @cached_jit(**_opts)
-    def batch_stats(x, mean, var):  # pragma: no cover - compiled
-        """Each channel's mean and biased variance (the forward's statistics)."""
+    def _stats_serial(x, mean, var):  # pragma: no cover - compiled
         for c in range(x.shape[1]):
-            mean[c], var[c] = _moments(x, c)
+            _stats_channel(x, mean, var, c)
+
+    @cached_jit(parallel=True, **_opts)
+    def _stats_parallel(x, mean, var):  # pragma: no cover - compiled
+        for c in numba.prange(x.shape[1]):
+            _stats_channel(x, mean, var, c)
 
     @cached_jit(**_opts)
-    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var):  # pragma: no cover - compiled
+    def _forward_serial(x, w, b, eps, y, mean, rstd, var):  # pragma: no cover - compiled
+        for c in range(x.shape[1]):
+            _forward_channel(x, w, b, eps, y, mean, rstd, var, c)
+
+    @cached_jit(parallel=True, **_opts)
+    def _forward_parallel(x, w, b, eps, y, mean, rstd, var):  # pragma: no cover - compiled
+        for c in numba.prange(x.shape[1]):
+            _forward_channel(x, w, b, eps, y, mean, rstd, var, c)
+
+    @cached_jit(**_opts)
+    def _backward_serial(g, x, w, mean, rstd, gx, gw, gb):  # pragma: no cover - compiled
+        for c in range(x.shape[1]):
+            _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c)
+
+    @cached_jit(parallel=True, **_opts)
+    def _backward_parallel(g, x, w, mean, rstd, gx, gw, gb):  # pragma: no cover - compiled
+        for c in numba.prange(x.shape[1]):
+            _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c)
+
+    def _threaded(x) -> bool:
+        # the thread count asked first: the same calls at any size (tests count them)
+        return numba.get_num_threads() > 1 and x.shape[1] > 1 and x.size >= PARALLEL_MIN_SIZE
+
+    def batch_stats(x, mean, var) -> None:
+        """Each channel's mean and biased variance (the forward's statistics)."""
+        (_stats_parallel if _threaded(x) else _stats_serial)(x, mean, var)
+
+    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var) -> None:
         """``y``, and each channel's mean, rstd and biased variance (``var``: what
         :func:`batch_stats` gives, for a plan that fuses the two)."""
-        for c in range(x.shape[1]):
-            m, v = _moments(x, c)
-            rs = 1.0 / np.sqrt(v + eps)
-            scale = rs * w[c]
-            for i in range(x.shape[0]):
-                xr, yr = x[i, c], y[i, c]
-                for j in range(xr.size):
-                    yr[j] = (xr[j] - m) * scale + b[c]
-            mean[c], rstd[c], var[c] = m, rs, v
+        run = _forward_parallel if _threaded(x) else _forward_serial
+        run(x, w, b, float(eps), y, mean, rstd, var)
 
-    @cached_jit(**_opts)
-    def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb):  # pragma: no cover - compiled
-        count = x.shape[0] * x.shape[2]
-        for c in range(x.shape[1]):
-            m, rs = np.float64(mean[c]), np.float64(rstd[c])
-            sb = 0.0
-            sw = 0.0
-            for i in range(x.shape[0]):
-                gr, xr = g[i, c], x[i, c]
-                a0 = a1 = 0.0
-                c0 = c1 = 0.0
-                n2 = xr.size - xr.size % 2
-                for j in range(0, n2, 2):
-                    g0, g1 = np.float64(gr[j]), np.float64(gr[j + 1])
-                    a0 += g0
-                    a1 += g1
-                    c0 += g0 * ((xr[j] - m) * rs)
-                    c1 += g1 * ((xr[j + 1] - m) * rs)
-                for j in range(n2, xr.size):
-                    g0 = np.float64(gr[j])
-                    a0 += g0
-                    c0 += g0 * ((xr[j] - m) * rs)
-                sb += a0 + a1
-                sw += c0 + c1
-            scale = rs * w[c]
-            k1, k2 = sb / count, sw / count
-            for i in range(x.shape[0]):
-                gr, xr, out = g[i, c], x[i, c], gx[i, c]
-                for j in range(xr.size):
-                    out[j] = scale * (np.float64(gr[j]) - k1 - (xr[j] - m) * rs * k2)
-            gw[c], gb[c] = sw, sb
+    def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb) -> None:
+        """gx (N, C, S), gw, gb (C,) from g, x and the forward's mean, rstd (C,)."""
+        run = _backward_parallel if _threaded(x) else _backward_serial
+        run(g, x, w, mean, rstd, gx, gw, gb)
 
 else:  # pragma: no cover
     batch_stats = batch_stats_reference

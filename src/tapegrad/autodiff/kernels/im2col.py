@@ -10,14 +10,18 @@ convolution's columns laid out (C*KH*KW, N, OH*OW) so that one GEMM covers the b
 offsets in order (kh, kw) = (0, 0), (0, 1), ... for every element, the order of the NumPy
 reference, so results are the same bits.
 
-Both are serial: split over the cores with numba's ``prange`` they ran 2-8x slower beside
-OpenBLAS's threads on this 2-core machine (each parallel region waited ~8 ms for sleeping
-workers; ``python benchmarks/conv_shapes.py`` with and without ``NUMBA_NUM_THREADS=1``).
+From ``PARALLEL_MIN_SIZE`` column entries the channels are split over numba's threads, each
+channel copied (or added back) whole by one thread. Beside OpenBLAS's threads such parallel
+regions used to wait for a core its idle workers kept busy (~8 ms each on this 2-core machine,
+2-8x slower than serial): ``tapegrad/blas.py`` now has those workers sleep when idle.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+# from how many column entries the channels are split over numba's threads
+PARALLEL_MIN_SIZE = 1 << 16
 
 
 def im2col_reference(x, cols, stride, padding, dilation) -> None:
@@ -52,55 +56,82 @@ except ImportError:  # pragma: no cover
 if numba is not None:
     from .jit import cached_jit
 
-    @cached_jit(boundscheck=False, nogil=True)
-    def _im2col(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
-        n_, c_, h_, w_ = x.shape
-        kh_, kw_, oh_, ow_ = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
-        for c in range(c_):
-            for kh in range(kh_):
-                for kw in range(kw_):
-                    for n in range(n_):
-                        for oh in range(oh_):
-                            ih = oh * sh + kh * dh - ph
-                            dst = cols[c, kh, kw, n, oh]
-                            if ih < 0 or ih >= h_:
-                                for ow in range(ow_):
-                                    dst[ow] = 0
-                                continue
-                            src = x[n, c, ih]
-                            for ow in range(ow_):
-                                iw = ow * sw + kw * dw - pw
-                                dst[ow] = src[iw] if 0 <= iw < w_ else 0
+    _opts = dict(boundscheck=False, nogil=True)
 
-    @cached_jit(boundscheck=False, nogil=True)
-    def _col2im(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
-        n_, c_, h_, w_ = gx.shape
-        kh_, kw_, oh_, ow_ = gcols.shape[1], gcols.shape[2], gcols.shape[4], gcols.shape[5]
-        for c in range(c_):
-            for n in range(n_):
-                gx[n, c] = 0
-            for kh in range(kh_):
-                for kw in range(kw_):
-                    for n in range(n_):
-                        for oh in range(oh_):
-                            ih = oh * sh + kh * dh - ph
-                            if ih < 0 or ih >= h_:
-                                continue
-                            src = gcols[c, kh, kw, n, oh]
-                            dst = gx[n, c, ih]
+    @cached_jit(inline="always", **_opts)
+    def _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c):  # pragma: no cover - compiled
+        n_, _, h_, w_ = x.shape
+        kh_, kw_, oh_, ow_ = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
+        for kh in range(kh_):
+            for kw in range(kw_):
+                for n in range(n_):
+                    for oh in range(oh_):
+                        ih = oh * sh + kh * dh - ph
+                        dst = cols[c, kh, kw, n, oh]
+                        if ih < 0 or ih >= h_:
                             for ow in range(ow_):
-                                iw = ow * sw + kw * dw - pw
-                                if 0 <= iw < w_:
-                                    dst[iw] += src[ow]
+                                dst[ow] = 0
+                            continue
+                        src = x[n, c, ih]
+                        for ow in range(ow_):
+                            iw = ow * sw + kw * dw - pw
+                            dst[ow] = src[iw] if 0 <= iw < w_ else 0
+
+    @cached_jit(inline="always", **_opts)
+    def _col2im_channel(gcols, gx, sh, sw, ph, pw, dh, dw, c):  # pragma: no cover - compiled
+        n_, _, h_, w_ = gx.shape
+        kh_, kw_, oh_, ow_ = gcols.shape[1], gcols.shape[2], gcols.shape[4], gcols.shape[5]
+        for n in range(n_):
+            gx[n, c] = 0
+        for kh in range(kh_):
+            for kw in range(kw_):
+                for n in range(n_):
+                    for oh in range(oh_):
+                        ih = oh * sh + kh * dh - ph
+                        if ih < 0 or ih >= h_:
+                            continue
+                        src = gcols[c, kh, kw, n, oh]
+                        dst = gx[n, c, ih]
+                        for ow in range(ow_):
+                            iw = ow * sw + kw * dw - pw
+                            if 0 <= iw < w_:
+                                dst[iw] += src[ow]
+
+    # each channel is copied (added) whole by one thread: the same bits on any thread count
+    @cached_jit(**_opts)
+    def _im2col(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
+        for c in range(x.shape[1]):
+            _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c)
+
+    @cached_jit(parallel=True, **_opts)
+    def _im2col_parallel(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
+        for c in numba.prange(x.shape[1]):
+            _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c)
+
+    @cached_jit(**_opts)
+    def _col2im(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
+        for c in range(gx.shape[1]):
+            _col2im_channel(gcols, gx, sh, sw, ph, pw, dh, dw, c)
+
+    @cached_jit(parallel=True, **_opts)
+    def _col2im_parallel(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
+        for c in numba.prange(gx.shape[1]):
+            _col2im_channel(gcols, gx, sh, sw, ph, pw, dh, dw, c)
+
+    def _threaded(cols) -> bool:
+        # the thread count asked first: the same calls at any size (tests count them)
+        return numba.get_num_threads() > 1 and cols.shape[0] > 1 and cols.size >= PARALLEL_MIN_SIZE
 
     def im2col(x, cols, stride, padding, dilation) -> None:
         """Fill ``cols`` (C, KH, KW, N, OH, OW) with the windows of ``x`` (N, C, H, W);
         ``padding``: (top, left) zeros (the bottom and right follow from the shapes)."""
-        _im2col(x, cols, *stride, *padding, *dilation)
+        run = _im2col_parallel if _threaded(cols) else _im2col
+        run(x, cols, *stride, *padding, *dilation)
 
     def col2im(gcols, gx, stride, padding, dilation) -> None:
         """``gx`` (N, C, H, W) <- the sum of ``gcols``' entries at the elements they came from."""
-        _col2im(gcols, gx, *stride, *padding, *dilation)
+        run = _col2im_parallel if _threaded(gcols) else _col2im
+        run(gcols, gx, *stride, *padding, *dilation)
 
 else:  # pragma: no cover
     im2col, col2im = im2col_reference, col2im_reference
