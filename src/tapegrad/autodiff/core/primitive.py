@@ -13,11 +13,12 @@ or composes primitives. Each primitive also carries:
 Forward and VJP signatures::
 
     forward(*arrays, out=None, ws=None, **attrs) -> out
-    vjp[i](g, out, *inputs, **attrs) -> grad of input i   # None: input i not differentiable
-
-or, for primitives with a variable number of inputs, a single rule::
-
     vjp(g, out, needs, *inputs, **attrs) -> sequence of grads   # needs[i]: input i wants one
+
+The engine calls that one rule. A primitive may instead be written with one rule per input,
+``vjp[i](g, out, *inputs, **attrs) -> grad of input i`` (None: input i not differentiable);
+registering it makes them the one rule (``_one_rule``), which runs the rules of the inputs
+that need a gradient.
 
 **One forward.** It computes on arrays; when ``out`` is given (compiled plans pass the buffers
 their liveness pass assigned) it writes its result there, and ``ws`` (a :class:`Workspace`)
@@ -172,12 +173,11 @@ class Primitive:
             self.vjps, self.vjp_all, self.differentiable = (), None, False
         elif callable(vjp):
             self.vjps, self.vjp_all, self.differentiable = (), vjp, True
-        else:
-            self.vjps, self.vjp_all = tuple(vjp), None
+        else:  # per-input rules: written one per input, run as the one rule they make up
+            self.vjps = tuple(vjp)
+            self.vjp_all = _one_rule(self.vjps)
             self.differentiable = any(v is not None for v in self.vjps)
-        self.diff_mask = (
-            None if self.vjp_all is not None else tuple(v is not None for v in self.vjps)
-        )
+        self.diff_mask = None if callable(vjp) else tuple(v is not None for v in self.vjps)
         self.reference = reference
         self.samples = samples
         self.broadcasting = broadcasting
@@ -191,15 +191,46 @@ class Primitive:
         self.doc = doc or f"The ``{name}`` primitive."
 
     def differentiable_input(self, i: int) -> bool:
-        if self.vjp_all is not None:
-            return True
-        return i < len(self.vjps) and self.vjps[i] is not None
+        if self.diff_mask is None:
+            return self.vjp_all is not None
+        return i < len(self.diff_mask) and self.diff_mask[i]
 
     def __call__(self, *args: Any, **attrs: Any):
         return apply(self, *args, **attrs)
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+def _one_rule(rules: tuple) -> Callable:
+    """Per-input rules ``rules[i](g, out, *inputs, **attrs)`` as the engine's one calling
+    convention, ``vjp(g, out, needs, *inputs, **attrs) -> grads`` (inputs past the rules and
+    those without a rule get None)."""
+
+    if len(rules) == 1:  # the common arities without a loop: a rule runs on every backward
+        (r0,) = rules
+
+        def vjp(g, out, needs, *inputs, **attrs):
+            return [r0(g, out, *inputs, **attrs) if needs[0] and r0 is not None else None]
+
+    elif len(rules) == 2:
+        r0, r1 = rules
+
+        def vjp(g, out, needs, *inputs, **attrs):
+            return [
+                r0(g, out, *inputs, **attrs) if needs[0] and r0 is not None else None,
+                r1(g, out, *inputs, **attrs) if needs[1] and r1 is not None else None,
+            ]
+
+    else:
+
+        def vjp(g, out, needs, *inputs, **attrs):
+            return [
+                rule(g, out, *inputs, **attrs) if need and rule is not None else None
+                for need, rule in zip(needs, rules)
+            ]
+
+    return vjp
 
 
 def run(prim: Primitive, *args, **attrs):
@@ -272,14 +303,10 @@ class Node:
         prim, parents, attrs = self.prim, self.parents, self.attrs
         if prim.aux:
             attrs = {**attrs, "aux": aux}
-        if prim.vjp_all is not None:
-            needs = tuple(p is not None for p in parents)
-            grads = list(prim.vjp_all(g, out, needs, *inputs, **attrs))
-        else:
-            grads = [
-                None if p is None else rule(g, out, *inputs, **attrs)
-                for p, rule in zip(parents, prim.vjps)
-            ]
+        needs = [p is not None for p in parents]
+        grads = prim.vjp_all(g, out, needs, *inputs, **attrs)
+        if type(grads) is not list:
+            grads = list(grads)
         for i, (p, gi) in enumerate(zip(parents, grads)):
             if p is None or gi is None:
                 continue
