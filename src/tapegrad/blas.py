@@ -54,6 +54,28 @@ def prefer_avx512() -> str | None:
     return "SkylakeX"
 
 
+# What tapegrad sets for the idle threads of its two thread pools, unless the user has: numba's
+# OpenMP workers (read when numba first runs a parallel kernel) and OpenBLAS's workers (read
+# when NumPy loads OpenBLAS) both sleep as soon as they are idle, instead of spinning on a core
+# for the next call. Spinning workers of one pool hold the core the other pool's next parallel
+# region needs: measured in BENCHMARKS.md ("Two thread pools").
+IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
+# the variables this process set (not the user): benchmark peers start without them
+SET_HERE: dict[str, str] = {}
+
+
+def sleep_idle_threads() -> dict[str, str]:
+    """Set :data:`IDLE_THREADS`' variables that the user has not set and that can still take
+    effect (OpenBLAS's only before NumPy is imported); return those set."""
+    for var, value in IDLE_THREADS.items():
+        if var in os.environ:
+            continue
+        if var.startswith("OPENBLAS_") and "numpy" in sys.modules:
+            continue
+        os.environ[var] = SET_HERE[var] = value
+    return dict(SET_HERE)
+
+
 def _openblas() -> tuple[ctypes.CDLL, str] | None:
     """The OpenBLAS that NumPy has loaded (found among the process's mapped libraries) and its
     symbols' name pattern."""

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..blas import SET_HERE
 from ..blas import describe as describe_blas
 from ..serialization import atomic_file
 from . import selfcheck
@@ -126,6 +127,9 @@ def process_env(allocator: str = "keep") -> dict[str, str]:
             f"unknown allocator setting {allocator!r}; choose {' or '.join(ALLOCATORS)}"
         )
     env = dict(os.environ)
+    for var, value in SET_HERE.items():  # tapegrad's own setting: its workers set it again
+        if env.get(var) == value:
+            del env[var]
     if allocator == "keep":
         env.update(ALLOCATOR_ENV)
     else:
