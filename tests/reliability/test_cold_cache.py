@@ -34,8 +34,8 @@ def _dispatchers(module):
 
 def test_every_cached_kernel_holds_the_compile_lock():
     import tapegrad.autodiff.kernels as kernels
-    import tapegrad.autodiff.kernels.optim as optim_kernels
-    from tapegrad.autodiff.kernels.pool import window_kernels
+    import tapegrad.autodiff.kernels.cpu.optim as optim_kernels
+    from tapegrad.autodiff.kernels.cpu.pool import window_kernels
 
     modules = [optim_kernels] + [
         importlib.import_module(f"{kernels.__name__}.{m.name}")

@@ -9,7 +9,7 @@ import math
 from numba import cuda
 
 from ...backend import xp_of
-from ..optim import adam_scalars
+from ..common import adam_scalars
 from .launch import jit, launch
 
 

@@ -14,6 +14,8 @@ import itertools
 
 import numpy as np
 
+from ..common import pool_arg_dtype
+
 
 def _slices(offs, stride, out_shape, dilation) -> tuple:
     return (slice(None),) + tuple(
@@ -44,7 +46,7 @@ def max_pool_backward_reference(g, arg, kernel, stride, gx, dilation=(1, 1)) -> 
 try:
     import numba
 
-    from .jit import cached_jit
+    from ..jit import cached_jit
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -126,10 +128,6 @@ def _planes(a: np.ndarray) -> np.ndarray:
     """(N, C, *spatial) as contiguous (N*C, H, W) planes (H = 1 for 1-d)."""
     a = np.ascontiguousarray(a)
     return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
-
-
-def pool_arg_dtype(kernel: tuple):
-    return np.uint8 if np.prod(kernel) <= 256 else np.intp
 
 
 def _two_d(kernel: tuple, stride: tuple, dilation: tuple) -> tuple:
