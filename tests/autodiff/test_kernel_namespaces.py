@@ -72,6 +72,10 @@ def test_every_device_namespace_exports_the_same_names_and_parameters():
         if on_cpu != on_cuda:
             differ[name] = (on_cpu, on_cuda)
     assert not differ, f"namespaces differ in parameters: {differ}"
+    # a name that is also a module of the package would hide the module from
+    # ``from tapegrad.autodiff.kernels.cpu import <module>``
+    modules = {p.stem for d in ("cpu", "cuda") for p in (KERNELS / d).glob("*.py")}
+    assert not modules & set(names)
 
 
 def test_parameters_are_read_from_defs_and_followed_through_imports(tmp_path):

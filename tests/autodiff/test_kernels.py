@@ -11,7 +11,7 @@ from tapegrad.autodiff.kernels.cpu.bias import (
     add_taps,
     add_taps_reference,
 )
-from tapegrad.autodiff.kernels.cpu.select import select, select_reference
+from tapegrad.autodiff.kernels.cpu.selection import select, select_reference
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (100, 84, 1), (2, 6, 169)])

@@ -5,7 +5,7 @@ chosen per shape (``whole_batch``):
   input; the forward and both gradients are batched matmuls, one small product per sample
   (the weight gradient summed over the batch afterwards); col2im adds strided slices.
 * **whole batch**: columns (C*prod(K), N, prod(out)) written by the compiled kernels
-  (``kernels/im2col.py``, which read the padding as zeros); the forward and both gradients are
+  (``kernels/cpu/columns.py``, which read the padding as zeros); the forward and both gradients are
   one GEMM per group over the whole batch, and the weight gradient is computed as its
   transpose (cols @ g^T), which OpenBLAS splits over its threads. It costs a transposing copy
   of the output (forward) and of the output gradient (backward): only wide products repay it.
@@ -31,7 +31,7 @@ def whole_batch(a, channels_per_group: int, ndim: int) -> bool:
     """Whether the columns of a conv over ``a``'s device with this many input channels per
     group take the whole-batch layout: where the device's namespace says its im2col kernels
     serve the shape (``im2col_whole_batch``; on the CPU 1-d or 2-d convolutions with at least
-    16 input channels per group, ``kernels/cpu/im2col.py``: with fewer, seed-cnn's and the
+    16 input channels per group, ``kernels/cpu/columns.py``: with fewer, seed-cnn's and the
     ResNet stem's single channel, the products are too narrow to repay the layout's copies)."""
     return kernels_for(a).im2col_whole_batch(channels_per_group, ndim)
 

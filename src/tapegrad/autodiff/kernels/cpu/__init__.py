@@ -10,6 +10,7 @@ is not importable; the functions exported here take the namespace's arguments.
 
 from .batch_norm import batch_norm_backward, batch_norm_forward, batch_stats
 from .bias import add_channel_bias, add_into, add_taps
+from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
 from .fused import (
     bias_relu_backward,
@@ -17,7 +18,6 @@ from .fused import (
     relu_max_pool_backward,
     relu_max_pool_forward,
 )
-from .im2col import col2im, im2col, im2col_whole_batch
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward
 from .optim import adam_update
@@ -32,7 +32,7 @@ from .recurrent import (
 from .reduce import sum_rows
 from .scan import linear_recurrence
 from .scatter import scatter_add_rows
-from .select import select
+from .selection import select
 from .special import erf, gelu_backward, gelu_forward
 
 __all__ = [
