@@ -8,7 +8,7 @@ entry of such a window). Backward: add each output gradient at its window's posi
 output is positive. These are exactly the values the separate ReLU and max-pool rules give;
 the fused loop reads the input once instead of three times.
 
-Both run the max-pooling loops of ``kernels/pool.py`` (compiled per window geometry) with
+Both run the max-pooling loops of ``kernels/cpu/pool.py`` (compiled per window geometry) with
 their ReLU flag set. Windows are (kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d
 pooling uses H = 1.
 

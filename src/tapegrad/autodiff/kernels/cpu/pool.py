@@ -4,7 +4,7 @@ The forward returns, per window, the maximum and its offset ``a * KW + b`` insid
 (the first one at ties, NaN counting as the maximum); the backward adds each output gradient
 at that offset. A window's entries are ``dilation`` apart (1: adjacent). The compiled loops are
 specialised per window geometry (:func:`window_kernels`); ReLU then max pooling
-(``kernels/fused.py``) runs through the same loops.
+(``kernels/cpu/fused.py``) runs through the same loops.
 """
 
 from __future__ import annotations

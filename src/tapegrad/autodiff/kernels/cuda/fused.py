@@ -1,4 +1,4 @@
-"""The fused kernels on CUDA (twins of ``kernels/fused.py``). ReLU + max pooling is the pooling
+"""The fused kernels on CUDA (twins of ``kernels/cpu/fused.py``). ReLU + max pooling is the pooling
 kernels' ``relu=True`` form (``pool.py``, taking the (N, C, ...) arrays and the whole window
 geometry); a Linear layer's bias + ReLU is here."""
 

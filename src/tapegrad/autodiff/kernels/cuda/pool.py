@@ -1,5 +1,5 @@
-"""Max pooling on CUDA (twin of ``kernels/pool.py``, and of ReLU + max pooling in
-``kernels/fused.py``), over (M, H, W) planes (1-d pooling uses H = 1).
+"""Max pooling on CUDA (twin of ``kernels/cpu/pool.py``, and of ReLU + max pooling in
+``kernels/cpu/fused.py``), over (M, H, W) planes (1-d pooling uses H = 1).
 
 Forward: one thread per output entry finds its window's maximum and offset (the first at ties,
 the first NaN if there is one). Backward: one thread per *input* entry gathers the output
