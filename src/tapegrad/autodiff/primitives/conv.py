@@ -131,9 +131,10 @@ def _geometry(attrs: dict) -> dict:
 
 
 def _channels_last(x) -> bool:
-    """Whether x (N, C, *spatial) is a CPU view of a contiguous (N, *spatial, C) array."""
+    """Whether x (N, C, *spatial) is a view of a contiguous (N, *spatial, C) array (its
+    gradient is then laid out so, where the direct kernel can write it)."""
     a = _data(x)
-    return type(a) is np.ndarray and a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
+    return a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
 
 
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, dilation, groups, aux):
