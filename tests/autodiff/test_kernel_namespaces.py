@@ -11,7 +11,9 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from tapegrad.autodiff import backend
 from tapegrad.autodiff.kernels import cpu
 from tapegrad.autodiff.kernels.dispatch import kernels_for
 
@@ -93,6 +95,21 @@ def test_kernels_for_gives_numpy_arrays_and_plain_values_the_cpu_namespace():
     assert kernels_for(x) is cpu
     assert kernels_for(None, 1.0, x) is cpu
     assert kernels_for() is cpu
+
+
+def test_a_device_naming_a_namespace_that_does_not_exist_is_refused():
+    class Arrayish:
+        shape = (1,)
+
+    dev = backend.Device(
+        "nowhere", Arrayish, np, lambda a: a, lambda a: a, None, lambda a: 0, kernels="nosuch"
+    )
+    backend.register_device(dev)
+    try:
+        with pytest.raises(backend.DeviceError, match="no kernel namespace 'nosuch'"):
+            kernels_for(Arrayish())
+    finally:
+        backend.unregister_device("nowhere")
 
 
 def _kernel_imports(path: Path) -> list[str]:

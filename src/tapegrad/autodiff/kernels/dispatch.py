@@ -10,18 +10,20 @@ imports ``numba.cuda``).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import numpy as np
 
-from ..backend import device_kernels
+from ..backend import DeviceError, device_kernels
 from . import cpu
 
 _NAMESPACES = {"cpu": cpu}
 
 
 def kernels_for(*arrays):
-    """The kernel namespace (``kernels/cpu``, ``kernels/cuda``, ...) of the first device array
-    among ``arrays`` that is not a NumPy array; the CPU's when there is none."""
+    """The kernel namespace (``kernels/cpu``, ``kernels/cuda``, ...) of the device of the first
+    array among ``arrays`` (numbers and None are passed over): the CPU's for a NumPy array, at
+    the cost of one type test, and when there is no array."""
     for a in arrays:
         if type(a) is np.ndarray:
             return cpu
@@ -33,5 +35,10 @@ def kernels_for(*arrays):
 
 
 def _load(name: str):
+    if importlib.util.find_spec(f"{__package__}.{name}") is None:
+        raise DeviceError(
+            f"kernels_for: no kernel namespace {name!r} (a package of tapegrad/autodiff/kernels) "
+            f"for a device whose Device.kernels names it; there are 'cpu' and 'cuda'"
+        )
     ns = _NAMESPACES[name] = importlib.import_module(f"{__package__}.{name}")
     return ns
