@@ -8,7 +8,7 @@ and backward of a compiled conv -> relu -> pool -> sum -> backward step:
 
 * ``blas``: with the conv backward through BLAS (im2col / shifted matmuls; the direct kernel
   switched off);
-* ``plan``: the library as it is (the conv backward through ``kernels.conv.conv_backward``
+* ``plan``: the library as it is (the conv backward through ``kernels/cpu/conv.py's conv_backward``
   wherever the rule picks it: the text CNN's channels-last input, a sparse gradient).
 
 (A third variant timed fused conv + ReLU + max-pool kernels called directly: 1.8x slower than

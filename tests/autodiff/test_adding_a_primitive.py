@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.autodiff.kernels import cpu as cpu_kernels
+from tapegrad.autodiff.kernels.dispatch import kernels_for
 from tapegrad.autodiff.primitives import REGISTRY, Sample, primitive
 from tapegrad.autodiff.primitives import samples as S
 from tapegrad.autodiff.primitives.registry import run
@@ -49,15 +51,21 @@ def _make_softsign():
 
 # -- 2. a kernel-backed primitive: the primitive and its kernel ----------------------------------
 @numba.njit(cache=False, nogil=True)
-def _half_square_kernel(x, out):  # pragma: no cover - compiled (kernels/<name>.py in the library)
+def _half_square_loop(x, out):  # pragma: no cover - compiled (kernels/cpu/<name>.py in the library)
     for i in range(x.size):
         out[i] = 0.5 * x[i] * x[i]
+
+
+def _half_square_kernel(x, out) -> None:
+    """The CPU namespace's function (in the library: exported by ``kernels/cpu/__init__.py``,
+    and under the same name by ``kernels/cuda/__init__.py``)."""
+    _half_square_loop(x.reshape(-1), out.reshape(-1))
 
 
 def _half_square(x, out=None):
     out = np.empty_like(x) if out is None else out
     if x.flags.c_contiguous and out.flags.c_contiguous and x.dtype.kind == "f":
-        _half_square_kernel(x.reshape(-1), out.reshape(-1))
+        kernels_for(x).half_square_example(x, out)  # the kernel of x's device
     else:  # what the kernel cannot take: the same arithmetic in NumPy
         np.multiply(np.multiply(x, 0.5), x, out=out)
     return out
@@ -78,8 +86,10 @@ def _make_half_square():
 @pytest.fixture(scope="module")
 def added():
     made = [_make_softsign(), _make_half_square()]
+    cpu_kernels.half_square_example = _half_square_kernel
     yield {p.name: p for p in made}
-    for p in made:  # the registry as it was: other tests enumerate it
+    del cpu_kernels.half_square_example  # the namespace and the registry as they were
+    for p in made:
         del REGISTRY[p.name]
 
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.autodiff.kernels import conv as K
+from tapegrad.autodiff.kernels import cpu as cpu_kernels
+from tapegrad.autodiff.kernels.cpu import conv as K
 from tapegrad.autodiff.primitives import conv as nn_prims
 
 TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-11, atol=1e-11)}
@@ -109,8 +110,8 @@ def _text_step(seed=0, l_in=40, c=20, o=4, pool=4, dt=np.float32):
 
 def test_eager_text_cnn_gradient_uses_the_direct_kernel_and_matches_blas(monkeypatch):
     calls = []
-    real = K.conv_backward
-    monkeypatch.setattr(K, "conv_backward", lambda *a: calls.append(1) or real(*a))
+    real = cpu_kernels.conv_backward  # the CPU namespace's, which the forwards call
+    monkeypatch.setattr(cpu_kernels, "conv_backward", lambda *a: calls.append(1) or real(*a))
     step, params = _text_step(dt=np.float64)
     step()
     assert calls, "the direct conv backward was not used"
@@ -150,7 +151,7 @@ def test_dense_gradient_keeps_the_blas_path():
 
 def test_kernels_refuse_mismatched_shapes_before_their_unchecked_loops():
     from tapegrad import ShapeError
-    from tapegrad.autodiff.kernels import conv as K
+    from tapegrad.autodiff.kernels.cpu import conv as K
 
     x = np.zeros((2, 3, 9, 9), np.float32)
     w = np.zeros((4, 3, 3, 3), np.float32)

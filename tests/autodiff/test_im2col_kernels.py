@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tapegrad.autodiff.kernels import im2col as K
+from tapegrad.autodiff.kernels.cpu import columns as K
 from tapegrad.autodiff.primitives.conv import out_size
 
 GEOMETRIES = [  # (N, C, H, W, KH, KW, stride, padding (top, left, bottom, right), dilation)

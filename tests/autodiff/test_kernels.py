@@ -3,16 +3,15 @@
 import numpy as np
 import pytest
 
-from tapegrad.autodiff.kernels import (
+from tapegrad.autodiff.kernels.cpu.bias import (
     add_channel_bias,
     add_channel_bias_reference,
     add_into,
     add_into_reference,
     add_taps,
     add_taps_reference,
-    select,
-    select_reference,
 )
+from tapegrad.autodiff.kernels.cpu.selection import select, select_reference
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 7), (100, 84, 1), (2, 6, 169)])
@@ -77,11 +76,11 @@ def test_add_taps_matches_reference_bit_for_bit(n, o, k, length):
     ],
 )
 def test_fused_relu_max_pool_matches_reference(shape, kernel, stride):
-    from tapegrad.autodiff.kernels import (
-        relu_max_pool_backward,
+    from tapegrad.autodiff.kernels.cpu.fused import (
         relu_max_pool_backward_reference,
-        relu_max_pool_forward,
         relu_max_pool_forward_reference,
+        relu_max_pool_planes_backward,
+        relu_max_pool_planes_forward,
     )
 
     rng = np.random.default_rng(2)
@@ -90,14 +89,14 @@ def test_fused_relu_max_pool_matches_reference(shape, kernel, stride):
     oshape = (shape[0],) + tuple((n - k) // s + 1 for n, k, s in zip(shape[1:], kernel, stride))
     out, ref = np.empty(oshape, np.float32), np.empty(oshape, np.float32)
     arg, arg_ref = np.empty(oshape, np.uint8), np.empty(oshape, np.uint8)
-    relu_max_pool_forward(x, kernel[0], kernel[1], stride[0], stride[1], out, arg)
+    relu_max_pool_planes_forward(x, kernel[0], kernel[1], stride[0], stride[1], out, arg)
     relu_max_pool_forward_reference(x, kernel, stride, ref, arg_ref)
     np.testing.assert_array_equal(out, ref)
     positive = ref > 0
     np.testing.assert_array_equal(arg[positive], arg_ref[positive])  # where gradients flow
     g = rng.normal(size=oshape).astype(np.float32)
     gx, gx_ref = np.full(shape, 7, np.float32), np.empty(shape, np.float32)
-    relu_max_pool_backward(g, out, arg, *kernel, *stride, gx)
+    relu_max_pool_planes_backward(g, out, arg, *kernel, *stride, gx)
     relu_max_pool_backward_reference(g, ref, arg_ref, kernel, stride, gx_ref)
     if all(s >= k for s, k in zip(stride, kernel)):
         np.testing.assert_array_equal(gx, gx_ref)
@@ -109,7 +108,7 @@ def test_fused_relu_max_pool_matches_reference(shape, kernel, stride):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("per_row", [False, True])
 def test_softmax_cross_entropy_kernels_match_reference(n, c, dtype, per_row):
-    from tapegrad.autodiff.kernels import loss as K
+    from tapegrad.autodiff.kernels.cpu import loss as K
 
     rng = np.random.default_rng(n * c)
     x = (rng.normal(size=(n, c)) * 20).astype(dtype)  # wide logits: exp would overflow unshifted
@@ -129,7 +128,7 @@ def test_softmax_cross_entropy_kernels_match_reference(n, c, dtype, per_row):
 
 
 def test_softmax_cross_entropy_kernel_refuses_out_of_range_ids():
-    from tapegrad.autodiff.kernels.loss import softmax_ce_forward
+    from tapegrad.autodiff.kernels.cpu.loss import softmax_ce_forward
 
     x = np.zeros((3, 4), np.float32)
     p, per = np.empty_like(x), np.empty(3, np.float32)
@@ -141,7 +140,7 @@ def test_softmax_cross_entropy_kernel_refuses_out_of_range_ids():
 @pytest.mark.parametrize("shape", [(), (1,), (7,), (64,), (3, 5)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bce_kernels_match_reference(shape, dtype):
-    from tapegrad.autodiff.kernels import loss as K
+    from tapegrad.autodiff.kernels.cpu import loss as K
 
     rng = np.random.default_rng(len(shape))
     x = (rng.normal(size=shape) * 30).astype(dtype)  # far into both tails
@@ -163,7 +162,7 @@ def test_bce_kernels_match_reference(shape, dtype):
 @pytest.mark.parametrize("shape", [(400, 64), (1, 5), (7, 3), (0, 4), (100, 1)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sum_rows_matches_reference(shape, dtype):
-    from tapegrad.autodiff.kernels.reduce import sum_rows, sum_rows_reference
+    from tapegrad.autodiff.kernels.cpu.reduce import sum_rows, sum_rows_reference
 
     rng = np.random.default_rng(shape[0])
     x = (rng.normal(size=shape) * rng.uniform(0, 1e3, size=shape)).astype(dtype)
@@ -184,7 +183,7 @@ def test_sum_rows_matches_reference(shape, dtype):
 @pytest.mark.parametrize("shape", [(1, 1), (1, 7), (5, 3), (100, 128)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_bias_relu_kernels_match_reference_bit_for_bit(shape, dtype):
-    from tapegrad.autodiff.kernels import fused as K
+    from tapegrad.autodiff.kernels.cpu import fused as K
 
     rng = np.random.default_rng(shape[1])
     x = rng.normal(size=shape).astype(dtype)
@@ -208,7 +207,7 @@ def test_bias_relu_kernels_match_reference_bit_for_bit(shape, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("tanh", [True, False])
 def test_rnn_backward_step_matches_reference_bit_for_bit(shape, dtype, tanh):
-    from tapegrad.autodiff.kernels.recurrent import (
+    from tapegrad.autodiff.kernels.cpu.recurrent import (
         rnn_backward_step,
         rnn_backward_step_reference,
     )

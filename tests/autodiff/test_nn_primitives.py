@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import tapegrad as tg
-from tapegrad.autodiff import kernels
+from tapegrad.autodiff.kernels.cpu import pool, scatter
 
 RTOL = ATOL = 1e-5
 
@@ -172,18 +172,18 @@ def test_pool_kernels_match_numpy_reference(shape, kernel, stride):
     nd = 2 if shape[1] > 1 else 1
     xx = x if nd == 2 else x[:, :, 0]
     kk, ss = (kernel, stride) if nd == 2 else (kernel[1:], stride[1:])
-    out, arg = kernels.max_pool_forward(xx, kk, ss)
+    out, arg = pool.max_pool_forward(xx, kk, ss)
     ref_out = np.empty_like(out).reshape(
         (-1,) + out.shape[-2:] if nd == 2 else (-1, 1, out.shape[-1])
     )
     ref_arg = np.empty(ref_out.shape, arg.dtype)
-    kernels.max_pool_forward_reference(x.reshape(-1, *shape[1:]), kernel, stride, ref_out, ref_arg)
+    pool.max_pool_forward_reference(x.reshape(-1, *shape[1:]), kernel, stride, ref_out, ref_arg)
     np.testing.assert_array_equal(out.reshape(ref_out.shape), ref_out)
     np.testing.assert_array_equal(arg.reshape(ref_arg.shape), ref_arg)
     g = f32(rng, *out.shape)
-    gx = kernels.max_pool_backward(g, arg, xx.shape, kk, ss)
+    gx = pool.max_pool_backward(g, arg, xx.shape, kk, ss)
     ref_gx = np.zeros((x.size // (shape[1] * shape[2]), shape[1], shape[2]), np.float32)
-    kernels.max_pool_backward_reference(g.reshape(ref_arg.shape), ref_arg, kernel, stride, ref_gx)
+    pool.max_pool_backward_reference(g.reshape(ref_arg.shape), ref_arg, kernel, stride, ref_gx)
     # Overlapping windows add in a different order in the two: float32 rounding only.
     np.testing.assert_allclose(gx.reshape(ref_gx.shape), ref_gx, rtol=1e-6, atol=1e-6)
 
@@ -216,8 +216,8 @@ def test_scatter_kernel_is_exact_against_add_at():
     idx = rng.integers(0, 50, 2000)
     src = f32(rng, 2000, 7)
     a, b = np.zeros((50, 7), np.float32), np.zeros((50, 7), np.float32)
-    kernels.scatter_add_rows(a, idx, src)
-    kernels.scatter_add_rows_reference(b, idx, src)
+    scatter.scatter_add_rows(a, idx, src)
+    scatter.scatter_add_rows_reference(b, idx, src)
     np.testing.assert_array_equal(a, b)
 
 

@@ -12,8 +12,8 @@ import numba
 import numpy as np
 import pytest
 
-from tapegrad.autodiff.kernels import batch_norm as bn
-from tapegrad.autodiff.kernels import im2col as ic
+from tapegrad.autodiff.kernels.cpu import batch_norm as bn
+from tapegrad.autodiff.kernels.cpu import columns as ic
 
 
 @pytest.fixture(autouse=True)

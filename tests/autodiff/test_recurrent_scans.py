@@ -10,7 +10,7 @@ import torch
 
 import tapegrad as tg
 from tapegrad import nn, ops, optim
-from tapegrad.autodiff.kernels import recurrent as K
+from tapegrad.autodiff.kernels.cpu import recurrent as K
 from tapegrad.nn import functional as F
 
 

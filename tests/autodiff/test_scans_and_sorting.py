@@ -222,7 +222,7 @@ def test_errors_name_the_operation_and_shapes():
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 3), (50, 1), (0, 4)])
 def test_linear_recurrence_kernel_equals_its_reference_bit_for_bit(dtype, reverse, shape):
-    from tapegrad.autodiff.kernels.scan import linear_recurrence, linear_recurrence_reference
+    from tapegrad.autodiff.kernels.cpu.scan import linear_recurrence, linear_recurrence_reference
 
     b = RNG.standard_normal(shape).astype(dtype)
     a = RNG.uniform(-1.1, 1.1, shape).astype(dtype)

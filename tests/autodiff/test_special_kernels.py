@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tapegrad as tg
-from tapegrad.autodiff.kernels import norm, special
+from tapegrad.autodiff.kernels.cpu import norm, special
 from tapegrad.nn import functional as F
 
 

@@ -7,9 +7,9 @@ where the CPU kernel documents a NaN rule."""
 import numpy as np
 import pytest
 
-from tapegrad.autodiff import kernels as cpu
 from tapegrad.autodiff.kernels import cuda as gpu
-from tapegrad.autodiff.kernels import fused, loss, pool, recurrent, reduce, scan, scatter
+from tapegrad.autodiff.kernels.cpu import bias, fused, loss, pool, recurrent, reduce, scan, scatter
+from tapegrad.autodiff.kernels.cuda import pool as gpu_pool
 
 F32 = dict(rtol=2e-6, atol=2e-6)
 F64 = dict(rtol=1e-12, atol=1e-12)
@@ -55,7 +55,7 @@ def test_add_channel_bias(shape):
     x, b = rng.normal(size=shape).astype(np.float32), rng.normal(size=shape[1]).astype(np.float32)
     out, ref = np.empty_like(x), np.empty_like(x)
     gpu.add_channel_bias(x, b, out)
-    cpu.add_channel_bias_reference(x, b, ref)
+    bias.add_channel_bias_reference(x, b, ref)
     np.testing.assert_array_equal(out, ref)
 
 
@@ -65,7 +65,7 @@ def test_add_into_strided_window():
     src = rng.normal(size=(3, 4, 9))
     for k in range(3):
         gpu.add_into(base[:, :, k : k + 9], src)
-        cpu.add_into_reference(ref[:, :, k : k + 9], src)
+        bias.add_into_reference(ref[:, :, k : k + 9], src)
     np.testing.assert_allclose(base, ref, **F64)
 
 
@@ -78,7 +78,7 @@ def test_max_pool_forward_and_backward(shape, kernel, stride, relu):
     rng = np.random.default_rng(2)
     x = rng.normal(size=shape).astype(np.float32)
     x.reshape(-1)[3] = np.nan  # NaN counts as the maximum of its windows
-    out, arg = gpu.max_pool_forward(x, kernel, stride, relu=relu)
+    out, arg = gpu_pool.window_max_forward(x, kernel, stride, relu=relu)
     planes = x.reshape((-1,) + ((1,) if x.ndim == 3 else ()) + x.shape[2:])
     k2, s2 = ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
     ref_out = np.empty((planes.shape[0],) + (1,) * (x.ndim == 3) + out.shape[2:], np.float32)
@@ -90,7 +90,7 @@ def test_max_pool_forward_and_backward(shape, kernel, stride, relu):
     np.testing.assert_array_equal(out.reshape(ref_out.shape), ref_out)
     np.testing.assert_array_equal(arg.reshape(ref_arg.shape), ref_arg)
     g = rng.normal(size=out.shape).astype(np.float32)
-    gx = gpu.max_pool_backward(g, arg, x.shape, kernel, stride, out=out if relu else None)
+    gx = gpu_pool.window_max_backward(g, arg, x.shape, kernel, stride, out=out if relu else None)
     ref = np.zeros(planes.shape, np.float32)
     gp = g.reshape(ref_out.shape)
     if relu:
@@ -257,7 +257,7 @@ def test_rnn_backward_step(tanh):
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("wd,decoupled", [(0.0, False), (0.1, False), (0.1, True)])
 def test_adam_update(amsgrad, wd, decoupled):
-    from tapegrad.autodiff.kernels import optim as adam_cpu
+    from tapegrad.autodiff.kernels.cpu import optim as adam_cpu
     from tapegrad.autodiff.kernels.cuda import optim as adam_gpu
 
     rng = np.random.default_rng(12)

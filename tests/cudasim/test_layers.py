@@ -92,3 +92,20 @@ def test_losses_on_the_device():
         got = fn(tg.tensor(logits, device="cuda"), tg.tensor(target, device="cuda"))
         assert got.device == "cuda"
         assert got.item() == pytest.approx(want, rel=1e-12)
+
+
+def test_conv_over_a_channels_last_input_on_the_device():
+    """The text CNN's pattern: a conv1d over permuted (N, L, C) embeddings, whose forward is one
+    GEMM plus the taps added (``add_taps``) and whose input gradient is laid out like the input;
+    on the CPU the sparse gradient takes the direct kernel, on the device the matmul path."""
+    x = np.random.default_rng(2).normal(size=(2, 17, 8))
+    results = {}
+    for device in ("cpu", "cuda"):
+        conv = nn.Conv1d(8, 3, 3, rng=np.random.default_rng(0)).double().to(device)
+        xt = tg.tensor(x, requires_grad=True, device=device)
+        out = nn.functional.max_pool1d(nn.functional.relu(conv(tg.permute(xt, (0, 2, 1)))), 5)
+        (out * out).sum().backward()
+        results[device] = [out.data, xt.grad, conv.weight.grad, conv.bias.grad]
+    for got, want in zip(results["cuda"], results["cpu"]):
+        assert backend.device_of(got).name == "cuda"
+        np.testing.assert_allclose(backend.to_host(got), want, rtol=1e-9, atol=1e-12)

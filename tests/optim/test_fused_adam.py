@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tapegrad.autodiff.kernels.optim import adam_update
+from tapegrad.autodiff.kernels.cpu.optim import adam_update
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ buffers, a workspace, a Python number lifted to an operand) asks this module for
 module of the arrays it already has, :func:`xp_of`, so a forward given device arrays makes
 device arrays. Computation itself goes through NumPy's names (``np.add(x, y, out=o)``,
 ``np.sum``, ``np.matmul``): a CuPy array takes them over through NumPy's ``__array_ufunc__`` and
-``__array_function__`` protocols. Numba kernels run on CPU arrays only; ``kernels/dispatch.py``
-says when a forward must call the CUDA counterpart instead (``kernels/cuda/``). This module
-imports nothing of tapegrad.
+``__array_function__`` protocols. Kernels come in one namespace per device (``kernels/cpu``,
+``kernels/cuda``): a device names its namespace (``Device.kernels``) and ``kernels_for`` of
+``kernels/dispatch.py`` maps the name to it. This module imports nothing of tapegrad.
 
 A *device* is registered under its name (``"cpu"`` always; ``"cuda"`` on first use, when CuPy
 and a GPU are there) with its array type, its module, and how arrays cross to and from the host.
@@ -75,8 +75,8 @@ class Device:
 
     ``from_block(block, shape, dtype, strides)`` views a 1-d uint8 array of this device as an
     array (a compiled plan's buffers are carved from such blocks); ``data_ptr(a)`` is the
-    address of ``a``'s first element; ``kernels`` names the kernel family its forwards call
-    (``"cpu"``: numba's CPU kernels, ``"cuda"``: ``kernels/cuda``)."""
+    address of ``a``'s first element; ``kernels`` names the kernel namespace its forwards call
+    (a package of ``autodiff/kernels``: ``"cpu"``, numba's CPU kernels; ``"cuda"``)."""
 
     name: str
     array_type: type

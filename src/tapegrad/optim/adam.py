@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor
-from ..autodiff.kernels.dispatch import cuda_kernels
-from ..autodiff.kernels.optim import adam_update
+from ..autodiff.kernels.dispatch import kernels_for
 from .optimizer import Optimizer
 
 __all__ = ["Adam", "AdamW"]
@@ -59,10 +58,7 @@ class Adam(Optimizer):
             group["weight_decay"],
         )
         state["step"] = step = state["step"] + 1
-        update = adam_update
-        if cuda_kernels(p) is not None:  # the CUDA kernel, for a GPU's arrays
-            from ..autodiff.kernels.cuda.optim import adam_update as update
-        update(
+        kernels_for(p).adam_update(
             p,
             grad,
             state["exp_avg"],

@@ -1,29 +1,11 @@
-"""Compiled (numba) kernels for the hot loops NumPy cannot vectorise well.
+"""Kernels: one namespace per device, the same names and signatures in each.
 
-Each kernel has a plain-NumPy reference that the tests compare it with, and that is used instead
-when numba is not importable. Kernels are cached on disk (``cache=True``), so the compilation
-cost (about a second each) is paid once per machine, not per process.
+* ``cpu/``: numba loops over NumPy arrays, each with a plain-NumPy reference that the tests
+  compare it with (and that serves when numba is not importable). Kernels are cached on disk
+  (``cached_jit`` of ``jit.py``), so compilation (about a second each) is paid once per machine.
+* ``cuda/``: numba-cuda kernels for CuPy arrays; where CUDA has no kernel of its own, the name
+  is bound to array-generic code (``generic.py``), so every name exists on every device.
+* ``dispatch.py``: ``kernels_for(*arrays)``, the namespace of the arrays' device: a primitive's
+  forward calls ``kernels_for(x).name(...)`` and never chooses between devices itself.
+* ``common.py``: helpers both devices' kernels share (no kernel).
 """
-
-from .bias import (  # noqa: F401
-    add_channel_bias,
-    add_channel_bias_reference,
-    add_into,
-    add_into_reference,
-    add_taps,
-    add_taps_reference,
-)
-from .fused import (  # noqa: F401
-    relu_max_pool_backward,
-    relu_max_pool_backward_reference,
-    relu_max_pool_forward,
-    relu_max_pool_forward_reference,
-)
-from .pool import (  # noqa: F401
-    max_pool_backward,
-    max_pool_backward_reference,
-    max_pool_forward,
-    max_pool_forward_reference,
-)
-from .scatter import scatter_add_rows, scatter_add_rows_reference  # noqa: F401
-from .select import select, select_reference  # noqa: F401

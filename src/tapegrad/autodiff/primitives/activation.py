@@ -1,13 +1,13 @@
 """Activations as single primitives with compiled kernels: exact GELU.
 
-``gelu(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))`` in one pass (``kernels/special.py``)
+``gelu(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))`` in one pass (``kernels/cpu/special.py``)
 where the composed form reads and writes the array five times and keeps four temporaries for
 its backward pass. Its VJP is ``gelu_backward(g, x) = g * gelu'(x)``, itself a primitive whose
 rule is written with primitives (``gelu''(x) = phi(x) * (2 - x^2)``), so higher derivatives
 work as for any composed function.
 
-CPU float arrays go through the compiled kernels; other arrays (a device's, integer ones) use the
-same formula in array operations.
+Float arrays go through their device's kernels (``kernels_for``); integer ones use the same
+formula in array operations.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ..backend import xp_of
-from ..kernels import special
+from ..backend import is_array, xp_of
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .elementwise import _erf, exp
 from .registry import Sample, primitive, run
@@ -27,21 +27,23 @@ _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def into_kernel(kernel, out, *arrays):
-    """Run ``kernel(*arrays, out)`` on C-contiguous operands: ``out`` when given (copied into
-    when it is not contiguous), else a new array. None when the operands are not CPU float
-    arrays of one shape and dtype (the caller then takes its array-operation path)."""
+def into_kernel(name, out, *arrays):
+    """Run the kernel ``name`` of the arrays' device, ``kernel(*arrays, out)``, on C-contiguous
+    operands: ``out`` when given (copied into when it is not contiguous), else a new array.
+    None when the operands are not float arrays of one shape and dtype (the caller then takes
+    its array-operation path)."""
     first = arrays[0]
     for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != first.dtype or a.shape != first.shape:
+        if not is_array(a) or a.dtype != first.dtype or a.shape != first.shape:
             return None
     if first.dtype not in _FLOATS:
         return None
-    if out is not None and (type(out) is not np.ndarray or out.dtype != first.dtype):
+    if out is not None and (not is_array(out) or out.dtype != first.dtype):
         return None
-    arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-    target = out if out is not None and out.flags.c_contiguous else np.empty_like(arrays[0])
-    kernel(*arrays, target)
+    xp = xp_of(first)
+    arrays = [a if a.flags.c_contiguous else xp.ascontiguousarray(a) for a in arrays]
+    target = out if out is not None and out.flags.c_contiguous else xp.empty_like(arrays[0])
+    getattr(kernels_for(first), name)(*arrays, target)
     if out is not None and target is not out:
         np.copyto(out, target)
         return out
@@ -56,7 +58,7 @@ def _assign(out, value):
 
 
 def _gelu_fwd(x, out=None):
-    res = into_kernel(special.gelu_forward, out, x)
+    res = into_kernel("gelu_forward", out, x)
     if res is not None:
         return res
     if x.dtype.kind != "f":
@@ -65,7 +67,7 @@ def _gelu_fwd(x, out=None):
 
 
 def _gelu_backward_fwd(g, x, out=None):
-    res = into_kernel(special.gelu_backward, out, g, x)
+    res = into_kernel("gelu_backward", out, g, x)
     if res is not None:
         return res
     cdf = (_erf(x * _INV_SQRT2) + 1.0) * 0.5

@@ -14,20 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import xp_of
-from ..kernels.batch_norm import (
-    batch_norm_backward as _backward_kernel,
-)
-from ..kernels.batch_norm import (
-    batch_norm_backward_reference,
-    batch_norm_forward_reference,
-    batch_stats_reference,
-)
-from ..kernels.batch_norm import (
-    batch_norm_forward as _forward_kernel,
-)
-from ..kernels.batch_norm import (
-    batch_stats as _stats_kernel,
-)
+from ..kernels import generic
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .elementwise import rsqrt
 from .registry import Primitive, Sample, primitive, run, scratch
@@ -40,9 +28,7 @@ def _nc_s(a):
 
 def _kernel_ok(*arrays) -> bool:
     dt = arrays[0].dtype
-    return dt in (np.float32, np.float64) and all(
-        type(a) is np.ndarray and a.dtype == dt for a in arrays
-    )
+    return dt in (np.float32, np.float64) and all(a.dtype == dt for a in arrays)
 
 
 def _contiguous(x, ws, key):
@@ -63,8 +49,10 @@ def _normalise(x, w, b, eps, y, mean, rstd, var, ws):
     rstd = scratch(ws, "rstd", (c,), x.dtype, like=x) if rstd is None else rstd
     var = scratch(ws, "var", (c,), x.dtype, like=x) if var is None else var
     target = y if y.flags.c_contiguous else scratch(ws, "y", x.shape, x.dtype, like=x)
-    # a device's arrays: the NumPy reference, which their array module runs
-    kernel = _forward_kernel if _kernel_ok(x, w, b) else batch_norm_forward_reference
+    # mixed dtypes or integers: the array-generic formula
+    kernel = (
+        kernels_for(x).batch_norm_forward if _kernel_ok(x, w, b) else generic.batch_norm_forward
+    )
     kernel(_nc_s(_contiguous(x, ws, "x")), w, b, eps, _nc_s(target), mean, rstd, var)
     if target is not y:
         y[...] = target
@@ -123,18 +111,19 @@ def _backward_forward(g, x, w, mean, rstd, out=None, ws=None):
         _, shape = _axes_shape(x)
         ref = [np.empty_like(x), np.empty_like(w), np.empty_like(w)]
         flat = [a.reshape(a.shape[0], a.shape[1], -1) for a in (g, x)]
-        batch_norm_backward_reference(*flat, w, mean, rstd, ref[0].reshape(flat[1].shape), *ref[1:])
+        generic.batch_norm_backward(*flat, w, mean, rstd, ref[0].reshape(flat[1].shape), *ref[1:])
         if out is None:
             return tuple(ref)
         for buf, v in zip(out, ref):
             buf[...] = v
         return out
-    gx = np.empty(x.shape, x.dtype) if gx is None else gx
-    gw = np.empty(w.shape, x.dtype) if gw is None else gw
-    gb = np.empty(w.shape, x.dtype) if gb is None else gb
+    xp = xp_of(x)
+    gx = xp.empty(x.shape, x.dtype) if gx is None else gx
+    gw = xp.empty(w.shape, x.dtype) if gw is None else gw
+    gb = xp.empty(w.shape, x.dtype) if gb is None else gb
     gc, xc = _contiguous(g, ws, "g"), _contiguous(x, ws, "x")
-    target = gx if gx.flags.c_contiguous else scratch(ws, "gx", x.shape, x.dtype)
-    _backward_kernel(_nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb)
+    target = gx if gx.flags.c_contiguous else scratch(ws, "gx", x.shape, x.dtype, like=x)
+    kernels_for(x).batch_norm_backward(_nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb)
     if target is not gx:
         np.copyto(gx, target)
     return gx, gw, gb
@@ -145,9 +134,9 @@ def _moments_forward(x, out=None, ws=None):
     xp = xp_of(x)
     mean, var = (xp.empty(c, x.dtype), xp.empty(c, x.dtype)) if out is None else out
     if not _kernel_ok(x):
-        batch_stats_reference(x.reshape(x.shape[0], c, -1), mean, var)
+        generic.batch_stats(x.reshape(x.shape[0], c, -1), mean, var)
     else:
-        _stats_kernel(_nc_s(_contiguous(x, ws, "x")), mean, var)
+        kernels_for(x).batch_stats(_nc_s(_contiguous(x, ws, "x")), mean, var)
     return mean, var
 
 
@@ -156,7 +145,7 @@ def _reference(x, w, b, eps):
     c = x.shape[1]
     xs = x.reshape(x.shape[0], c, -1)
     stats = (np.empty(c), np.empty(c), np.empty(c))
-    batch_norm_forward_reference(xs, w, b, eps, y.reshape(xs.shape), *stats)
+    generic.batch_norm_forward(xs, w, b, eps, y.reshape(xs.shape), *stats)
     return y
 
 
@@ -182,7 +171,7 @@ def _backward_samples(rng):
 def _backward_reference(g, x, w, mean, rstd):
     gx, gw, gb = np.empty(x.shape), np.empty(w.shape), np.empty(w.shape)
     flat = [a.reshape(a.shape[0], a.shape[1], -1) for a in (g, x)]
-    batch_norm_backward_reference(*flat, w, mean, rstd, gx.reshape(flat[1].shape), gw, gb)
+    generic.batch_norm_backward(*flat, w, mean, rstd, gx.reshape(flat[1].shape), gw, gb)
     return gx, gw, gb
 
 

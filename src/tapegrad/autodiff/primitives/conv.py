@@ -13,7 +13,7 @@ Every gradient of a convolution, first order or higher, eager or compiled, is th
 primitives (the bias's a sum): speed lives in their forwards. ``conv_weight`` reads the columns
 (or padded input) conv's forward saved instead of recomputing them, and for the text CNN's
 channels-last input with a sparse gradient (ReLU + max pooling) runs the direct kernel
-(``kernels.conv.conv_backward``, which visits only the gradient's nonzeros).
+(the namespace's ``conv_backward``, which visits only the gradient's nonzeros).
 
 How they compute: im2col into ``cols``, then products with the flattened weight, in one of two
 layouts chosen per shape (``conv_layout.py``: one batched product per sample for few input
@@ -30,8 +30,7 @@ import numpy as np
 
 from ..backend import is_array, xp_of
 from ..errors import DTypeError, ShapeError
-from ..kernels import add_channel_bias, add_into, add_taps
-from ..kernels.dispatch import cuda_kernels
+from ..kernels.dispatch import kernels_for
 from . import conv_layout as L
 from . import samples as S
 from .conv_reference import _conv_backward_reference, _conv_reference
@@ -56,13 +55,12 @@ def _shifted(x, stride, dilation, groups) -> bool:
 
 
 def _rows(x, padding) -> bool:
-    """x (N, C, L) is a CPU view of a contiguous (N, L, C) array (the text CNN's permuted
-    embedding output) and unpadded: its (N * L, C) rows are one GEMM operand. Measured on the
+    """x (N, C, L) is a view of a contiguous (N, L, C) array (the text CNN's permuted embedding
+    output) and unpadded: its (N * L, C) rows are one GEMM operand. Measured on the
     text-CNN shape (64, 50, 130) * (8, 50, 3), forward: 354 us per-tap, 206 us (1 thread) /
     131 us (2 threads) as one GEMM plus ``add_taps``."""
     return (
-        type(x) is np.ndarray
-        and x.shape[1] > 1
+        x.shape[1] > 1
         and x.transpose(0, 2, 1).flags.c_contiguous
         and not any(lo or hi for lo, hi in padding)
     )
@@ -78,8 +76,7 @@ def _taps(w: np.ndarray, ws) -> np.ndarray:
 
 def _channel_bias(r3, b) -> None:
     """``r3 += b[None, :, None]`` in place, by the compiled kernel of r3's device."""
-    kernels = cuda_kernels(r3)
-    (kernels.add_channel_bias if kernels else add_channel_bias)(r3, b, r3)
+    kernels_for(r3).add_channel_bias(r3, b, r3)
 
 
 # -- conv --------------------------------------------------------------------------------------
@@ -97,8 +94,8 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
         z = scratch(ws, "z", (k * o, n * x.shape[2]), x.dtype, like=x)
         np.matmul(wk, x.transpose(0, 2, 1).reshape(-1, x.shape[1]).T, out=z)
         if res is None:
-            res = np.empty((n, o, length), x.dtype)
-        add_taps(z, res)
+            res = xp_of(x).empty((n, o, length), x.dtype)
+        kernels_for(z).add_taps(z, res)
         kept = ()
     elif _shifted(x, stride, dilation, groups):
         xp = L.padded(x, padding, saved)
@@ -134,9 +131,10 @@ def _geometry(attrs: dict) -> dict:
 
 
 def _channels_last(x) -> bool:
-    """Whether x (N, C, *spatial) is a CPU view of a contiguous (N, *spatial, C) array."""
+    """Whether x (N, C, *spatial) is a view of a contiguous (N, *spatial, C) array (its
+    gradient is then laid out so, where the direct kernel can write it)."""
     a = _data(x)
-    return type(a) is np.ndarray and a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
+    return a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
 
 
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, dilation, groups, aux):
@@ -220,19 +218,17 @@ _conv2d = primitive(
 
 # -- the direct kernel's choice -------------------------------------------------------------------
 def direct_backward_applies(x, w, stride, padding, dilation=None, groups=1) -> bool:
-    """Whether a conv's weight gradient may go through the direct kernel (``kernels/conv.py``):
-    stride 1, no padding, dilation or groups, and a channels-last input (the text CNN's permuted
-    embedding output), whose windows are long contiguous runs (KW * C >= 16) the kernel's loops
-    vectorise over."""
-    from ..kernels.conv import direct_layout_ok
-
+    """Whether a conv's weight gradient may go through the direct kernel (``conv_backward`` of
+    x's kernel namespace; ``kernels/cpu/conv.py``): stride 1, no padding, dilation or groups,
+    and a layout the namespace's ``direct_layout_ok`` takes (on the CPU a channels-last input,
+    the text CNN's permuted embedding output, whose windows are long contiguous runs, KW * C >=
+    16, the kernel's loops vectorise over; a device without the kernel takes none)."""
     return (
-        type(x) is np.ndarray  # a CPU kernel: on a GPU the matmul path serves every conv
-        and all(s == 1 for s in stride)
+        all(s == 1 for s in stride)
         and not any(lo or hi for lo, hi in padding)
         and (dilation is None or all(d == 1 for d in dilation))
         and groups == 1
-        and direct_layout_ok(x, w)
+        and kernels_for(x).direct_layout_ok(x, w)
     )
 
 
@@ -266,10 +262,10 @@ def _conv_transpose_fwd(
         and direct_backward_applies(res, w, stride, padding, dilation, groups)
         and direct_backward_sparse(y)
     ):
-        from ..kernels.conv import conv_backward as direct
-
         # res stands for the input's layout (the kernel reads x only for the weight gradient)
-        direct(np.ascontiguousarray(y), res, w, None, None, res, _kernel_scratch(ws, y))
+        kernels_for(y).conv_backward(
+            xp_of(y).ascontiguousarray(y), res, w, None, None, res, _kernel_scratch(ws, y)
+        )
     elif _shifted(y, stride, dilation, groups):
         pads = any(lo or hi for lo, hi in padding)
         target = scratch(ws, "xp", L.padded_shape(shape, padding), y.dtype, like=y) if pads else res
@@ -277,11 +273,9 @@ def _conv_transpose_fwd(
         length = y.shape[2]
         wk = _taps(w, ws)
         tmp = scratch(ws, "gxtmp", (n, c, length), y.dtype, like=y)
-        kernels = cuda_kernels(y)
+        add_into = kernels_for(y).add_into
         for k in range(w.shape[2]):
-            (kernels.add_into if kernels else add_into)(
-                target[:, :, k : k + length], np.matmul(wk[k].T, y, out=tmp)
-            )
+            add_into(target[:, :, k : k + length], np.matmul(wk[k].T, y, out=tmp))
         if target is not res:
             np.copyto(res, target[L.interior(padding, shape)])
     else:
@@ -338,10 +332,8 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
     if direct_backward_applies(x, gw, stride, padding, dilation, groups) and direct_backward_sparse(
         g
     ):
-        from ..kernels.conv import conv_backward as direct
-
-        direct(
-            np.ascontiguousarray(g),
+        kernels_for(g).conv_backward(
+            xp_of(g).ascontiguousarray(g),
             x,
             gw,  # the weight's shape (the kernel reads the weight only for the input gradient)
             gw,

@@ -5,7 +5,7 @@ chosen per shape (``whole_batch``):
   input; the forward and both gradients are batched matmuls, one small product per sample
   (the weight gradient summed over the batch afterwards); col2im adds strided slices.
 * **whole batch**: columns (C*prod(K), N, prod(out)) written by the compiled kernels
-  (``kernels/im2col.py``, which read the padding as zeros); the forward and both gradients are
+  (``kernels/cpu/columns.py``, which read the padding as zeros); the forward and both gradients are
   one GEMM per group over the whole batch, and the weight gradient is computed as its
   transpose (cols @ g^T), which OpenBLAS splits over its threads. It costs a transposing copy
   of the output (forward) and of the output gradient (backward): only wide products repay it.
@@ -23,27 +23,17 @@ import math
 import numpy as np
 
 from ..backend import as_strided, xp_of
-from ..kernels.im2col import col2im, im2col
+from ..kernels.dispatch import kernels_for
 from .registry import scratch
-
-# From how many input channels per group the whole-batch layout is used. Measured with
-# ``python benchmarks/conv_shapes.py`` (3x3, batch 128, forward + backward, per sample ->
-# whole batch, loaded machine; all figures in CHANGELOG.md): 1 channel (seed-cnn, the ResNet
-# stem) 0.47 -> 1.64 and 1.76 -> 12.7 ms at 1 thread; 4 and 8 channels 26 -> 28 and 51 -> 57
-# ms at 1 thread, 37 -> 96 and 62 -> 97 ms at 2; from 16 channels the whole batch wins:
-# 133 -> 123 and 58 -> 42 ms at 1 thread, 1.6-6x at 2 (quiet machine, 2 threads: backward
-# halved, forward unchanged).
-WHOLE_BATCH_MIN_CHANNELS = 16
 
 
 def whole_batch(a, channels_per_group: int, ndim: int) -> bool:
     """Whether the columns of a conv over ``a``'s device with this many input channels per
-    group take the whole-batch layout: CPU arrays of 1-d or 2-d convolutions with at least
-    ``WHOLE_BATCH_MIN_CHANNELS`` input channels per group. With fewer (seed-cnn's and the
-    ResNet stem's single channel) the products are too narrow to repay the layout's copies."""
-    return (
-        type(a) is np.ndarray and ndim in (1, 2) and channels_per_group >= WHOLE_BATCH_MIN_CHANNELS
-    )
+    group take the whole-batch layout: where the device's namespace says its im2col kernels
+    serve the shape (``im2col_whole_batch``; on the CPU 1-d or 2-d convolutions with at least
+    16 input channels per group, ``kernels/cpu/columns.py``: with fewer, seed-cnn's and the
+    ResNet stem's single channel, the products are too narrow to repay the layout's copies)."""
+    return kernels_for(a).im2col_whole_batch(channels_per_group, ndim)
 
 
 # -- geometry ----------------------------------------------------------------------------------
@@ -129,7 +119,7 @@ def cols_shape(batch: bool, x_shape, ksize, out_shape) -> tuple:
 def fill_cols(batch, x, ksize, stride, padding, dilation, out_shape, cols, ws) -> np.ndarray:
     """``cols`` <- the windows of x (im2col) in the layout ``batch`` names."""
     if batch:
-        im2col(
+        kernels_for(x).im2col(
             _as4(x), _cols6(cols, ksize, x.shape[0], out_shape), *_pairs2(stride, padding, dilation)
         )
         return cols
@@ -165,7 +155,9 @@ def input_product(batch, g, w, gx, stride, padding, dilation, groups, ws) -> Non
     if batch:
         gt = _by_channel(g, ws)
         np.matmul(wt, grouped(gt, groups, 0), out=gcols.reshape(groups, -1, gt.shape[1]))
-        col2im(_cols6(gcols, ksize, n, g.shape[2:]), _as4(gx), *_pairs2(stride, padding, dilation))
+        kernels_for(g).col2im(
+            _cols6(gcols, ksize, n, g.shape[2:]), _as4(gx), *_pairs2(stride, padding, dilation)
+        )
         return
     g2 = g.reshape(n, o, -1)
     if groups == 1:

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 
-from ..backend import copy_to_device, device_of, get_device, to_host, xp_of
-from ..kernels import add_channel_bias, select
-from ..kernels.special import erf as erf_kernel
+from ..backend import copy_to_device, device_of, get_device, is_array, xp_of
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
 
@@ -27,11 +26,11 @@ def _relu(x, out=None):
 
 
 def _loop_operand(a, out) -> bool:
-    """``a`` can go to a compiled loop writing ``out``: CPU arrays of one float dtype (the
-    loops below replace NumPy calls that allocate a buffer per call even with ``out=``)."""
+    """``a`` can go to a kernel writing ``out``: arrays of one float dtype (on the CPU the loops
+    below replace NumPy calls that allocate a buffer per call even with ``out=``)."""
     return (
-        type(a) is np.ndarray
-        and type(out) is np.ndarray
+        is_array(a)
+        and is_array(out)
         and a.dtype == out.dtype
         and out.dtype in (np.float32, np.float64)
     )
@@ -46,14 +45,14 @@ def _where(c, x, y, out=None):
         if (
             _loop_operand(a, out)
             and np.ndim(s) == 0
-            and type(c) is np.ndarray
+            and is_array(c)
             and c.dtype == np.bool_
             and c.shape == a.shape == out.shape
             and c.flags.c_contiguous
             and a.flags.c_contiguous
             and out.flags.c_contiguous
         ):
-            select(c, a, s, keep, out)
+            kernels_for(out).select(c, a, s, keep, out)
             return out
     np.copyto(out, y)
     np.copyto(out, x, where=c)
@@ -72,7 +71,7 @@ def _add(x, y, out=None):
                 and a.shape == out.shape
                 and b.shape == out.shape[1:]
             ):
-                add_channel_bias(a[:, :, None], b, out[:, :, None])
+                kernels_for(out).add_channel_bias(a[:, :, None], b, out[:, :, None])
                 return out
     return np.add(x, y, out=out)
 
@@ -384,41 +383,23 @@ arctanh = _math(
 
 
 def _erf(x, out=None):
-    # NumPy has no erf: CPU float arrays go through the compiled loop over the C library's erf
-    # (the function Python's math.erf calls: the same float64 bits). A device's array module
-    # brings its own (CuPy: cupyx.scipy.special.erf), else the values go through the host.
-    if type(x) is np.ndarray:
-        if x.dtype.kind != "f":
-            x = x.astype(np.float64)
-        if out is None or (type(out) is np.ndarray and out.dtype == x.dtype):
-            xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-            res = out if out is not None and out.flags.c_contiguous else np.empty_like(xc)
-            erf_kernel(xc, res)
-            if out is not None and res is not out:
-                np.copyto(out, res)
-                return out
-            return res
-        res = _erf(x)
-        out[...] = res
-        return out
-    own = _device_erf(x)
-    if own is None:
-        host = _erf(np.array(to_host(x), order="C"))  # (ascontiguousarray makes 0-d 1-d)
-        own = copy_to_device(host, device_of(x))
-    if out is None:
-        return own
-    out[...] = own
+    # NumPy has no erf: float arrays go through their device's kernel (on the CPU a compiled
+    # loop over the C library's erf, the function Python's math.erf calls: the same float64
+    # bits; on CUDA CuPy's erf, or the host's loop for a stand-in device)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    if out is None or (is_array(out) and out.dtype == x.dtype):
+        xp = xp_of(x)
+        xc = x if x.flags.c_contiguous else xp.ascontiguousarray(x)
+        res = out if out is not None and out.flags.c_contiguous else xp.empty_like(xc)
+        kernels_for(xc).erf(xc, res)
+        if out is not None and res is not out:
+            np.copyto(out, res)
+            return out
+        return res
+    res = _erf(x)
+    out[...] = res
     return out
-
-
-def _device_erf(x):
-    try:
-        from cupyx.scipy.special import erf as cupy_erf
-    except ImportError:
-        return None
-    import cupy
-
-    return cupy_erf(x) if isinstance(x, cupy.ndarray) else None
 
 
 erf = _math(

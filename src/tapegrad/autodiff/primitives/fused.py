@@ -13,10 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import xp_of
-from ..kernels import relu_max_pool_backward, relu_max_pool_forward
-from ..kernels.dispatch import cuda_kernels
-from ..kernels.fused import bias_relu_backward, bias_relu_forward
-from ..kernels.pool import pool_arg_dtype
+from ..kernels.common import pool_arg_dtype
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .conv import (
     _conv_transpose_fwd,
@@ -32,8 +30,7 @@ from .registry import Primitive, Sample, primitive, run, scratch
 # -- bias + ReLU -------------------------------------------------------------------------------
 def _bias_relu_fwd(x, b, out=None):
     out = xp_of(x).empty(x.shape, x.dtype) if out is None else out
-    kernels = cuda_kernels(x)
-    (kernels.bias_relu_forward if kernels else bias_relu_forward)(x, b, out)
+    kernels_for(x).bias_relu_forward(x, b, out)
     return out
 
 
@@ -45,8 +42,7 @@ def _bias_relu_vjp(g, out, needs, x, b):
 def _bias_relu_backward_fwd(g, y, out=None):
     xp = xp_of(g)
     gx, gb = (xp.empty(g.shape, g.dtype), xp.empty(g.shape[1], g.dtype)) if out is None else out
-    kernels = cuda_kernels(g)
-    (kernels.bias_relu_backward if kernels else bias_relu_backward)(g, y, gx, gb)
+    kernels_for(g).bias_relu_backward(g, y, gx, gb)
     return gx, gb
 
 
@@ -81,15 +77,6 @@ bias_relu_backward_kernel = primitive(
 
 
 # -- ReLU + max pooling ------------------------------------------------------------------------
-def _planes(a: np.ndarray) -> np.ndarray:
-    """(N, C, *spatial) as (N*C, H, W) planes (H = 1 for 1-d): a view of a contiguous array."""
-    return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
-
-
-def _2d(kernel: tuple, stride: tuple) -> tuple:
-    return ((1,) + kernel, (1,) + stride) if len(kernel) == 1 else (kernel, stride)
-
-
 def _relu_max_pool_fwd(x, kernel, stride, out=None):
     if out is None:
         shape = x.shape[:2] + tuple(
@@ -98,13 +85,7 @@ def _relu_max_pool_fwd(x, kernel, stride, out=None):
         xp = xp_of(x)
         out = (xp.empty(shape, x.dtype), xp.empty(shape, pool_arg_dtype(kernel)))
     res, arg = out
-    kernels = cuda_kernels(x)
-    if kernels is not None:
-        kernels.relu_max_pool_forward(x, kernel, stride, res, arg)
-        return res, arg
-    k2, s2 = _2d(kernel, stride)
-    x = np.ascontiguousarray(x)
-    relu_max_pool_forward(_planes(x), k2[0], k2[1], s2[0], s2[1], _planes(res), _planes(arg))
+    kernels_for(x).relu_max_pool_forward(x, kernel, stride, res, arg)
     return res, arg
 
 
@@ -120,12 +101,7 @@ def _relu_max_pool_backward_fwd(g, y, arg, x_shape, kernel, stride, out=None, ws
         gc = scratch(ws, "g", g.shape, g.dtype, like=g)
         np.copyto(gc, g)
         g = gc
-    kernels = cuda_kernels(g)
-    if kernels is not None:
-        kernels.relu_max_pool_backward(g, y, arg, x_shape, kernel, stride, gx)
-        return gx
-    k2, s2 = _2d(kernel, stride)
-    relu_max_pool_backward(_planes(g), _planes(y), _planes(arg), *k2, *s2, _planes(gx))
+    kernels_for(g).relu_max_pool_backward(g, y, arg, x_shape, kernel, stride, gx)
     return gx
 
 
@@ -173,7 +149,7 @@ relu_max_pool = primitive(
     aux=True,
     higher_order=False,
     doc="max_pool(relu(x)) in one pass over (N, C, L) or (N, C, H, W): each window's maximum "
-    "of relu(x) and where it sits (see kernels/fused.py).",
+    "of relu(x) and where it sits (see kernels/cpu/fused.py).",
 )
 relu_max_pool_backward_kernel = primitive(
     "relu_max_pool_backward",
@@ -204,9 +180,9 @@ def _conv_grads_fwd(
         and direct_backward_applies(x, gw, stride, padding, dilation, groups)
         and direct_backward_sparse(g)
     ):
-        from ..kernels.conv import conv_backward as direct
-
-        direct(np.ascontiguousarray(g), x, w, gw, None, gx, _kernel_scratch(ws, g))
+        kernels_for(g).conv_backward(
+            xp_of(g).ascontiguousarray(g), x, w, gw, None, gx, _kernel_scratch(ws, g)
+        )
         return gx, gw
     _conv_transpose_fwd(g, w, size=size, channels_last=True, out=gx, ws=ws, **geometry)
     _conv_weight_fwd(x, g, *saved, ksize=ksize, out=gw, ws=ws, **geometry)

@@ -19,8 +19,7 @@ import numpy as np
 
 from ..backend import asarray, is_array, sparse_indices, ufunc_at, xp_of
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
-from ..kernels.dispatch import cuda_kernels
-from ..kernels.scatter import scatter_add_rows
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .args import _into, dtype_of, one_axis, plain, shape_of
 from .registry import Sample, primitive, run
@@ -267,8 +266,7 @@ def _index_add_fwd(x, index, src, axis, out=None):
     if index.size and width:
         rows = np.moveaxis(xp.asarray(src, res.dtype), range(axis, axis + index.ndim),
                            range(index.ndim))  # fmt: skip
-        kernels = cuda_kernels(res)
-        (kernels.scatter_add_rows if kernels else scatter_add_rows)(
+        kernels_for(res).scatter_add_rows(
             res.reshape(n, width), index.reshape(-1), rows.reshape(-1, width)
         )
     return _into(out, np.moveaxis(res, 0, axis))

@@ -5,11 +5,11 @@ Layouts follow the usual deep-learning conventions: (N, C, L) sequences and (N, 
 images. Every forward is vectorised over the batch.
 
 * Embedding: a row gather forward; the backward scatter-adds the output gradient into a zero
-  table with a compiled loop (``kernels.scatter``), so repeated indices accumulate.
+  table with a compiled loop (``scatter_add_rows``), so repeated indices accumulate.
 * Losses: softmax cross-entropy (class ids or probability targets) from a max-subtracted
   log-sum-exp, saving the softmax for the (softmax - target) backward; binary cross-entropy on
   logits as ``max(x, 0) - x*t + log1p(exp(-|x|))``, saving the sigmoid. Class-id
-  cross-entropy and BCE run as one compiled loop each way (``kernels.loss``), the same calls
+  cross-entropy and BCE run as one compiled loop each way (``kernels/cpu/loss.py``), the same calls
   compiled plans make.
 
 The public wrappers check shapes, ranks, dtypes and ranges and raise :class:`ShapeError` naming
@@ -22,9 +22,7 @@ import numpy as np
 
 from ..backend import asarray, is_array, xp_of
 from ..errors import ShapeError
-from ..kernels import scatter_add_rows
-from ..kernels.dispatch import cuda_kernels
-from ..kernels.loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .conv import _check_float, _check_rank, _data
 from .elementwise import sigmoid
@@ -75,10 +73,7 @@ def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):
         g = _copied(scratch(ws, "g", g.shape, g.dtype, like=g), g)
     if indices.dtype != np.intp:  # the loop takes intp ids (converted once per call)
         indices = _copied(scratch(ws, "idx", indices.shape, np.intp, like=g), indices)
-    kernels = cuda_kernels(g)
-    (kernels.scatter_add_rows if kernels else scatter_add_rows)(
-        gw, indices.reshape(-1), g.reshape(-1, d)
-    )
+    kernels_for(g).scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
     return gw
 
 
@@ -197,11 +192,8 @@ def _ce_fwd(logits, target, reduction, out=None, ws=None):
             if reduction == "none" and res is not None
             else scratch(ws, "per", (n,), p.dtype, like=logits)
         )
-        kernels = cuda_kernels(logits)
         try:
-            total = (kernels.softmax_ce_forward if kernels else softmax_ce_forward)(
-                logits, target, p, per
-            )
+            total = kernels_for(logits).softmax_ce_forward(logits, target, p, per)
         except IndexError:
             bad = target[(target < 0) | (target >= c)][0]
             raise ShapeError(
@@ -240,10 +232,7 @@ def _ce_saved(logits, target, reduction):
 def _ce_grad_fwd(p, target, g, reduction, out=None, ws=None):
     if target.dtype.kind in "iu":
         gx = xp_of(p).empty(p.shape, p.dtype) if out is None else out
-        kernels = cuda_kernels(p)
-        (kernels.softmax_ce_backward if kernels else softmax_ce_backward)(
-            p, target, _multiplier(g, reduction, len(p), ws), gx
-        )
+        kernels_for(p).softmax_ce_backward(p, target, _multiplier(g, reduction, len(p), ws), gx)
         return gx
     k = _scale(g, reduction, p.shape[0])
     gx = p * np.sum(target, axis=1, keepdims=True)
@@ -419,8 +408,7 @@ def _bce_fwd(logits, target, reduction, out=None, ws=None):
         per = xp.empty(logits.shape, logits.dtype) if res is None else res
     else:
         per = scratch(ws, "per", logits.shape, logits.dtype, like=logits)
-    kernels = cuda_kernels(logits)
-    total = (kernels.bce_forward if kernels else bce_forward)(logits, target, sig, per)
+    total = kernels_for(logits).bce_forward(logits, target, sig, per)
     return _loss_out(total, per, reduction, per.size, res), sig
 
 
@@ -430,10 +418,7 @@ def _bce_vjp_logits(g, out, logits, target, reduction, aux):
 
 def _bce_grad_fwd(sig, target, g, reduction, out=None, ws=None):
     gx = xp_of(sig).empty(sig.shape, sig.dtype) if out is None else out
-    kernels = cuda_kernels(sig)
-    (kernels.bce_backward if kernels else bce_backward)(
-        sig, target, _multiplier(g, reduction, sig.size, ws), gx
-    )
+    kernels_for(sig).bce_backward(sig, target, _multiplier(g, reduction, sig.size, ws), gx)
     return gx
 
 

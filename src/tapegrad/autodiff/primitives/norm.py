@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.norm import layer_norm_backward as _backward_kernel
-from ..kernels.norm import layer_norm_forward as _forward_kernel
+from ..backend import xp_of
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .elementwise import rsqrt
 from .registry import Sample, primitive, run, scratch
@@ -34,25 +34,24 @@ def _store(out, values):
 
 def _kernel_ok(*arrays) -> bool:
     dt = arrays[0].dtype
-    return dt in (np.float32, np.float64) and all(
-        type(a) is np.ndarray and a.dtype == dt for a in arrays
-    )
+    return dt in (np.float32, np.float64) and all(a.dtype == dt for a in arrays)
 
 
 def _forward(x, w, b, eps, out=None, ws=None):
     y, mean, rstd = (None, None, None) if out is None else out
     n = int(np.prod(x.shape[:-1], dtype=np.int64))
-    if not _kernel_ok(x, w, b):  # a device's arrays: the same formula in array operations
+    if not _kernel_ok(x, w, b):  # mixed dtypes or integers: the formula in array operations
         m = x.mean(axis=-1, keepdims=True)
         c = x - m
         r = 1 / (((c * c).mean(axis=-1, keepdims=True) + eps) ** 0.5)
         return _store(out, (c * r * w + b, m.reshape(n), r.reshape(n)))
-    y = np.empty(x.shape, x.dtype) if y is None else y
-    mean = scratch(ws, "mean", (n,), x.dtype) if mean is None else mean
-    rstd = scratch(ws, "rstd", (n,), x.dtype) if rstd is None else rstd
-    xc = np.ascontiguousarray(x)
-    target = y if y.flags.c_contiguous else np.empty(x.shape, x.dtype)
-    _forward_kernel(_rows(xc), w, b, eps, _rows(target), mean, rstd)
+    xp = xp_of(x)
+    y = xp.empty(x.shape, x.dtype) if y is None else y
+    mean = scratch(ws, "mean", (n,), x.dtype, like=x) if mean is None else mean
+    rstd = scratch(ws, "rstd", (n,), x.dtype, like=x) if rstd is None else rstd
+    xc = xp.ascontiguousarray(x)
+    target = y if y.flags.c_contiguous else xp.empty(x.shape, x.dtype)
+    kernels_for(x).layer_norm_forward(_rows(xc), w, b, eps, _rows(target), mean, rstd)
     if target is not y:
         np.copyto(y, target)
     return y, mean, rstd
@@ -95,12 +94,13 @@ def _backward_forward(g, x, w, mean, rstd, out=None):
             h - h.mean(axis=-1, keepdims=True) - xhat * (h * xhat).mean(axis=-1, keepdims=True)
         )
         return _store(out, (res, (g * xhat).sum(axis=lead), g.sum(axis=lead)))
-    gx = np.empty(x.shape, x.dtype) if gx is None else gx
-    gw = np.empty(w.shape, x.dtype) if gw is None else gw
-    gb = np.empty(w.shape, x.dtype) if gb is None else gb
-    target = gx if gx.flags.c_contiguous else np.empty(x.shape, x.dtype)
-    gc, xc = np.ascontiguousarray(g), np.ascontiguousarray(x)
-    _backward_kernel(_rows(gc), _rows(xc), w, mean, rstd, _rows(target), gw, gb)
+    xp = xp_of(x)
+    gx = xp.empty(x.shape, x.dtype) if gx is None else gx
+    gw = xp.empty(w.shape, x.dtype) if gw is None else gw
+    gb = xp.empty(w.shape, x.dtype) if gb is None else gb
+    target = gx if gx.flags.c_contiguous else xp.empty(x.shape, x.dtype)
+    gc, xc = xp.ascontiguousarray(g), xp.ascontiguousarray(x)
+    kernels_for(x).layer_norm_backward(_rows(gc), _rows(xc), w, mean, rstd, _rows(target), gw, gb)
     if target is not gx:
         np.copyto(gx, target)
     return gx, gw, gb

@@ -1,12 +1,13 @@
 """Max pooling of (N, C, L) sequences and (N, C, H, W) images, with stride, padding (implicit
 -inf), dilation and ceil mode, PyTorch's indices, and max unpooling.
 
-A compiled loop (``kernels.pool``) keeps each window's maximum and the offset that holds it
-(the first one at ties, NaN counting as the maximum); that offset map is what the forward saves,
-and the backward (``max_pool_backward``) routes the gradient with. Its VJP gathers at the same
-offsets (``max_pool_gather``), whose VJP is the backward again, so max pooling is twice
-differentiable. Padding and ceil mode are a -inf border around the input (per side, computed by
-the public functions), in a buffer the kernel reads.
+A compiled loop (``kernels/cpu/pool.py``, its CUDA twin ``kernels/cuda/pool.py``) keeps each
+window's maximum and the offset that holds it (the first one at ties, NaN counting as the
+maximum); that offset map is what the forward saves, and the backward (``max_pool_backward``)
+routes the gradient with. Its VJP gathers at the same offsets (``max_pool_gather``), whose VJP
+is the backward again, so max pooling is twice differentiable. Padding and ceil mode are a -inf
+border around the input (per side, computed by the public functions), in a buffer the kernel
+reads.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import numpy as np
 
 from ..backend import is_array, xp_of
 from ..errors import ShapeError
-from ..kernels import max_pool_backward, max_pool_forward
-from ..kernels.dispatch import cuda_kernels
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .conv import _check_float, _check_rank, _interior, _padded_shape, _tuple_arg
 from .registry import Sample, primitive, run, scratch
@@ -35,7 +35,7 @@ def _pool_fwd(x, kernel, stride, padding, dilation, out=None, ws=None):
         xp = scratch(ws, "xp", _padded_shape(x.shape, padding), x.dtype, like=x)
         xp.fill(-np.inf)
         np.copyto(xp[_interior(padding, x.shape)], x)
-    fn = cuda_kernels(x).max_pool_forward if cuda_kernels(x) else max_pool_forward
+    fn = kernels_for(x).max_pool_forward
     if out is None:
         return fn(xp, kernel, stride, dilation=dilation)
     return fn(xp, kernel, stride, out=out[0], arg=out[1], dilation=dilation)
@@ -79,7 +79,7 @@ def _pool_gather_fwd(h, arg, kernel, stride, padding, dilation):
 
 
 def _pool_backward_fwd(g, arg, x_shape, kernel, stride, padding, dilation, out=None, ws=None):
-    fn = cuda_kernels(g).max_pool_backward if cuda_kernels(g) else max_pool_backward
+    fn = kernels_for(g).max_pool_backward
     if not _any(padding):
         return fn(g, arg, x_shape, kernel, stride, gx=out, dilation=dilation)
     gxp = scratch(ws, "gxp", _padded_shape(x_shape, padding), g.dtype, like=g)

@@ -20,7 +20,7 @@ final ``(h, c)``; slicing it is cheap and its gradient flows through the usual g
 Output: the hidden states (T, N, H).
 
 Per step, the recurrent product is one BLAS call into a buffer and all the gate math one
-compiled kernel (``kernels/recurrent.py``); backward through time is a primitive of its own per
+compiled kernel (``kernels/cpu/recurrent.py``); backward through time is a primitive of its own per
 scan (``rnn_scan_backward``, ``lstm_scan_backward``, ``gru_scan_backward``), which computes every
 input's gradient in one pass, and the recurrent weight's gradient as one product over all steps
 at the end (the gate gradients of every step are kept anyway: they are the input projection's
@@ -34,15 +34,9 @@ import numpy as np
 from ..backend import xp_of as _xp
 from ..core.state import new_tensor
 from ..errors import ShapeError
-from ..kernels import recurrent as _cpu_kernels
-from ..kernels.dispatch import cuda_kernels
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .registry import Sample, primitive, run, scratch
-
-
-def _step_kernels(a):
-    """The module whose step kernels serve ``a``'s device: numba's CPU loops, or CUDA's."""
-    return cuda_kernels(a) or _cpu_kernels
 
 
 def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch, zero_h0=False):
@@ -77,7 +71,7 @@ def rnn_scan_backward(
     dwhh.fill(0)
     dpre = scratch
     tanh = nonlinearity == "tanh"
-    rnn_backward_step = _step_kernels(g).rnn_backward_step
+    rnn_backward_step = kernels_for(g).rnn_backward_step
     for t in range(xp.shape[0] - 1, -1, -1):
         rnn_backward_step(g[t], dh, hs[t], tanh, dpre, dxp[t])  # one pass, no buffers
         if t == 0 and zero_h0:
@@ -198,7 +192,7 @@ def lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw) -> None:
     whh_t = whh.T
     hs, cs = out[0], out[1]
     h, c = h0, c0
-    lstm_forward_step = _step_kernels(xp).lstm_forward_step
+    lstm_forward_step = kernels_for(xp).lstm_forward_step
     for t in range(xp.shape[0]):
         np.matmul(h, whh_t, out=hw)
         lstm_forward_step(xp[t], hw, c, hs[t], cs[t], act[t], tc[t])
@@ -213,7 +207,7 @@ def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, nee
     hs, cs = out[0], out[1]
     dh.fill(0)
     dc.fill(0)
-    lstm_backward_step = _step_kernels(g).lstm_backward_step
+    lstm_backward_step = kernels_for(g).lstm_backward_step
     for t in range(T - 1, -1, -1):
         lstm_backward_step(g[0, t], g[1, t], act[t], tc[t], cs[t - 1] if t else c0, dh, dc, dxp[t])
         if t or needs[2]:
@@ -330,7 +324,7 @@ def gru_scan_forward(xp, whh, bhh, h0, hs, act, hw) -> None:
     """Fill ``hs`` (T, N, H) with the hidden states and ``act`` with what backward reads."""
     whh_t = whh.T
     h = h0
-    gru_forward_step = _step_kernels(xp).gru_forward_step
+    gru_forward_step = kernels_for(xp).gru_forward_step
     for t in range(xp.shape[0]):
         np.matmul(h, whh_t, out=hw)
         gru_forward_step(xp[t], hw, bhh, h, hs[t], act[t])
@@ -345,7 +339,7 @@ def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, n
     T, H = g.shape[0], dh.shape[1]
     dh.fill(0)
     dhd.fill(0)
-    gru_backward_step = _step_kernels(g).gru_backward_step
+    gru_backward_step = kernels_for(g).gru_backward_step
     for t in range(T - 1, -1, -1):
         gru_backward_step(g[t], dh, dhd, act[t], hs[t - 1] if t else h0, dxp[t], dhw[t])
         if t or needs[3]:

@@ -11,7 +11,7 @@ import builtins
 import numpy as np
 
 from ..backend import expand_reduced, is_array, xp_of
-from ..kernels.norm import softmax_backward as softmax_backward_rows
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .args import normalize_axis, pick_axis
 from .elementwise import absolute, exp, power, sqrt
@@ -188,21 +188,20 @@ def _softmax_vjp(g, out, x, axis):
 
 
 def _softmax_backward_fwd(g, y, axis, out=None):
-    """``y * (g - sum(g * y, axis))``: one compiled pass per row over the last axis of CPU
-    float arrays of one shape, array operations otherwise."""
+    """``y * (g - sum(g * y, axis))``: one pass of the device's kernel per row over the last
+    axis of float arrays of one shape and dtype, array operations otherwise."""
     if (
         axis == y.ndim - 1
-        and type(g) is np.ndarray
-        and type(y) is np.ndarray
         and g.shape == y.shape
         and g.dtype == y.dtype
         and y.dtype in (np.float32, np.float64)
         and y.ndim
     ):
-        res = np.empty(y.shape, y.dtype) if out is None or not out.flags.c_contiguous else out
-        gc, yc = np.ascontiguousarray(g), np.ascontiguousarray(y)
+        xp = xp_of(y)
+        res = xp.empty(y.shape, y.dtype) if out is None or not out.flags.c_contiguous else out
+        gc, yc = xp.ascontiguousarray(g), xp.ascontiguousarray(y)
         d = y.shape[-1]
-        softmax_backward_rows(gc.reshape(-1, d), yc.reshape(-1, d), res.reshape(-1, d))
+        kernels_for(y).softmax_backward(gc.reshape(-1, d), yc.reshape(-1, d), res.reshape(-1, d))
         if out is not None and res is not out:
             np.copyto(out, res)
             return out

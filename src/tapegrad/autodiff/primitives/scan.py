@@ -20,8 +20,7 @@ import numpy as np
 
 from ..backend import expand_reduced, ufunc_accumulate, xp_of
 from ..errors import DTypeError, ShapeError
-from ..kernels.dispatch import cuda_kernels
-from ..kernels.scan import linear_recurrence
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .args import _into, axes_of, dtype_of, normalize_axis, one_axis, shape_of
 from .elementwise import exp
@@ -82,8 +81,7 @@ def _linear_scan_fwd(b, a, axis, reverse, out=None):
     a2 = xp.ascontiguousarray(am.reshape(rows, cols).astype(b2.dtype, copy=False))
     y2 = np.empty_like(b2)
     if b2.size:
-        kernels = cuda_kernels(b2)
-        (kernels.linear_recurrence if kernels else linear_recurrence)(b2, a2, y2, reverse)
+        kernels_for(b2).linear_recurrence(b2, a2, y2, reverse)
     return _into(out, np.moveaxis(y2.reshape(bm.shape), 0, axis))
 
 

@@ -13,8 +13,7 @@ import numpy as np
 from ..backend import asarray, empty, is_array, ufunc_at, xp_of
 from ..core.state import _TRACING
 from ..errors import ShapeError
-from ..kernels.dispatch import cuda_kernels
-from ..kernels.reduce import sum_rows
+from ..kernels.dispatch import kernels_for
 from ..promotion import result_type
 from . import samples as S
 from .args import normalize_axis
@@ -39,11 +38,9 @@ def unbroadcast(g, shape: tuple[int, ...], out: np.ndarray | None = None):
     if g.ndim == 2 and shape in ((g.shape[1],), (1, g.shape[1])):
         # a bias's gradient: the rows summed in order by a compiled loop (3x NumPy's speed on
         # the CPU; on CUDA one thread per column), the same bits eager and compiled
-        kernels = cuda_kernels(g)
-        if kernels is not None or type(g) is np.ndarray:
-            rows = empty(g.shape[1], g.dtype, like=g) if out is None else out.reshape(-1)
-            (kernels.sum_rows if kernels is not None else sum_rows)(g, rows)
-            return rows.reshape(shape) if out is None else out
+        rows = empty(g.shape[1], g.dtype, like=g) if out is None else out.reshape(-1)
+        kernels_for(g).sum_rows(g, rows)
+        return rows.reshape(shape) if out is None else out
     extra = g.ndim - len(shape)
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and g.shape[extra + i] != 1

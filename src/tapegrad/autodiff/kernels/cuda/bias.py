@@ -1,4 +1,4 @@
-"""Bias additions on CUDA (twins of ``kernels/bias.py``): one thread per element."""
+"""Bias additions on CUDA (twins of ``kernels/cpu/bias.py``): one thread per element."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fused kernels on CUDA (twins of ``kernels/fused.py``). ReLU + max pooling is the pooling
+"""The fused kernels on CUDA (twins of ``kernels/cpu/fused.py``). ReLU + max pooling is the pooling
 kernels' ``relu=True`` form (``pool.py``, taking the (N, C, ...) arrays and the whole window
 geometry); a Linear layer's bias + ReLU is here."""
 
@@ -7,17 +7,17 @@ from __future__ import annotations
 from numba import cuda
 
 from .launch import jit, launch
-from .pool import max_pool_backward, max_pool_forward
+from .pool import window_max_backward, window_max_forward
 
 
 def relu_max_pool_forward(x, kernel: tuple, stride: tuple, out, arg) -> None:
     """Each window's maximum of ``relu(x)`` and its offset (x (N, C, ...), as max pooling)."""
-    max_pool_forward(x, kernel, stride, out, arg, relu=True)
+    window_max_forward(x, kernel, stride, out, arg, relu=True)
 
 
 def relu_max_pool_backward(g, y, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx) -> None:
     """The input gradient of :func:`relu_max_pool_forward` (``y`` its output), into ``gx``."""
-    max_pool_backward(g, arg, x_shape, kernel, stride, gx, out=y)
+    window_max_backward(g, arg, x_shape, kernel, stride, gx, out=y)
 
 
 @jit

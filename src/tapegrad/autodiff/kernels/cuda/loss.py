@@ -1,4 +1,4 @@
-"""The fused losses on CUDA (twins of ``kernels/loss.py``).
+"""The fused losses on CUDA (twins of ``kernels/cpu/loss.py``).
 
 Softmax cross-entropy: one thread per row (max, exp, sum in float64, the softmax ``p`` and the
 row's loss); its backward and both BCE kernels: one thread per element. The forwards return the

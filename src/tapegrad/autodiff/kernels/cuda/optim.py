@@ -1,4 +1,4 @@
-"""The optimiser update kernels on CUDA (twins of ``kernels/optim.py``): one thread per element
+"""The optimiser update kernels on CUDA (twins of ``kernels/cpu/optim.py``): one thread per element
 of a parameter, reading ``p``, ``g`` and the moments once and writing them once. Imported only
 when a parameter lives on a CUDA device (it imports ``numba.cuda``)."""
 
@@ -9,7 +9,7 @@ import math
 from numba import cuda
 
 from ...backend import xp_of
-from ..optim import adam_scalars
+from ..common import adam_scalars
 from .launch import jit, launch
 
 
@@ -43,7 +43,7 @@ def _unused(p):
 
 def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):
     """Adam (``decoupled``: AdamW) step ``step`` on a CUDA device, in place, with the scalars
-    of the CPU kernel (``kernels.optim.adam_update``), each cast to the parameter's dtype.
+    of the CPU kernel (``kernels.cpu.optim.adam_update``), each cast to the parameter's dtype.
     ``scratch`` is unused (the arrays of a parameter and its state are contiguous)."""
     flat = [a.reshape(-1) for a in (p, g, m, v)]
     vm = vmax.reshape(-1) if vmax is not None else _unused(p)

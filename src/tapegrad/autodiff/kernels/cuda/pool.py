@@ -1,5 +1,5 @@
-"""Max pooling on CUDA (twin of ``kernels/pool.py``, and of ReLU + max pooling in
-``kernels/fused.py``), over (M, H, W) planes (1-d pooling uses H = 1).
+"""Max pooling on CUDA (twin of ``kernels/cpu/pool.py``, and of ReLU + max pooling in
+``kernels/cpu/fused.py``), over (M, H, W) planes (1-d pooling uses H = 1).
 
 Forward: one thread per output entry finds its window's maximum and offset (the first at ties,
 the first NaN if there is one). Backward: one thread per *input* entry gathers the output
@@ -12,7 +12,7 @@ from __future__ import annotations
 from numba import cuda
 
 from ...backend import xp_of
-from ..pool import pool_arg_dtype
+from ..common import pool_arg_dtype
 from .launch import jit, launch
 
 
@@ -80,7 +80,7 @@ def _geometry(kernel, stride, dilation):
     return tuple(kernel), tuple(stride), tuple(dilation)
 
 
-def max_pool_forward(
+def window_max_forward(
     x, kernel: tuple, stride: tuple, out=None, arg=None, dilation=None, relu: bool = False
 ):
     """Max over windows of (N, C, L) or (N, C, H, W), entries ``dilation`` apart: ``(out,
@@ -102,10 +102,10 @@ def max_pool_forward(
     return out, arg
 
 
-def max_pool_backward(
+def window_max_backward(
     g, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx=None, dilation=None, out=None
 ):
-    """The input gradient of :func:`max_pool_forward`, of shape ``x_shape`` (into ``gx`` when
+    """The input gradient of :func:`window_max_forward`, of shape ``x_shape`` (into ``gx`` when
     given); with ``out`` (the fused forward's output) only where it is positive. Each input
     entry gathers the gradients of the windows whose maximum it holds, in the outputs'
     row-major order (the CPU loop's order of additions)."""
@@ -121,3 +121,13 @@ def max_pool_backward(
         planes,
     )  # fmt: skip
     return gx
+
+
+def max_pool_forward(x, kernel: tuple, stride: tuple, out=None, arg=None, dilation=None):
+    """Max pooling's ``(out, arg)`` (the CPU namespace's signature): :func:`window_max_forward`."""
+    return window_max_forward(x, kernel, stride, out, arg, dilation)
+
+
+def max_pool_backward(g, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx=None, dilation=None):
+    """Max pooling's input gradient: :func:`window_max_backward` without the ReLU mask."""
+    return window_max_backward(g, arg, x_shape, kernel, stride, gx, dilation)

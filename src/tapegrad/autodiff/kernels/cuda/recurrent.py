@@ -1,4 +1,4 @@
-"""One LSTM/GRU step's gate math on CUDA (twins of ``kernels/recurrent.py``; the same layouts):
+"""One LSTM/GRU step's gate math on CUDA (twins of ``kernels/cpu/recurrent.py``; the same layouts):
 one thread per (sample, hidden unit), CUDA's own ``exp`` and ``tanh``."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _rnn_backward(g_t, dh, h_t, tanh, dpre, dxp_t):  # pragma: no cover - compil
 
 
 def lstm_forward_step(xp_t, hw, c_prev, h, c, act, tc) -> None:
-    """One LSTM step (see ``kernels.recurrent.lstm_forward_step_reference``)."""
+    """One LSTM step (see ``kernels.cpu.recurrent.lstm_forward_step_reference``)."""
     launch(_lstm_forward, h.size, xp_t, hw, c_prev, h, c, act, tc)
 
 
@@ -123,7 +123,7 @@ def lstm_backward_step(gh, gc, act, tc, c_prev, dh, dc, dgates) -> None:
 
 
 def gru_forward_step(xp_t, hw, bhh, h_prev, h, act) -> None:
-    """One GRU step (see ``kernels.recurrent.gru_forward_step_reference``)."""
+    """One GRU step (see ``kernels.cpu.recurrent.gru_forward_step_reference``)."""
     launch(_gru_forward, h.size, xp_t, hw, bhh, h_prev, h, act)
 
 

@@ -1,4 +1,4 @@
-"""The rows of a matrix summed on CUDA (twin of ``kernels/reduce.py``): one thread per column
+"""The rows of a matrix summed on CUDA (twin of ``kernels/cpu/reduce.py``): one thread per column
 adds the rows in order, as the CPU loop does, so both give the same bits."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The linear recurrence ``y[i] = b[i] + a[i] * y[i -/+ 1]`` on CUDA (twin of
-``kernels/scan.py``): one thread per column walks the rows in order (the same operations in the
+``kernels/cpu/scan.py``): one thread per column walks the rows in order (the same operations in the
 same order as the CPU loop)."""
 
 from __future__ import annotations

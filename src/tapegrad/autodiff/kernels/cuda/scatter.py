@@ -1,4 +1,4 @@
-"""Row scatter-add on CUDA (twin of ``kernels/scatter.py``): ``out[idx[i]] += src[i]``, one
+"""Row scatter-add on CUDA (twin of ``kernels/cpu/scatter.py``): ``out[idx[i]] += src[i]``, one
 thread per element, with atomic adds (repeated rows sum in an unspecified order)."""
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     _opts = dict(cache=True, boundscheck=False, nogil=True, error_model="numpy")
 

@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
     from .norm import _row_sum, _sq_dev_sum
 
     _opts = dict(boundscheck=False, nogil=True, error_model="numpy")

@@ -121,7 +121,7 @@ if numba is not None:
     from numba import types
     from numba.extending import intrinsic, overload
 
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     _JIT = dict(cache=True, boundscheck=False, nogil=True, error_model="numpy")
     _FAST = {"contract"}

@@ -23,6 +23,21 @@ import numpy as np
 # from how many column entries the channels are split over numba's threads
 PARALLEL_MIN_SIZE = 1 << 16
 
+# From how many input channels per group the whole-batch layout is used. Measured with
+# ``python benchmarks/conv_shapes.py`` (3x3, batch 128, forward + backward, per sample ->
+# whole batch, loaded machine; all figures in CHANGELOG.md): 1 channel (seed-cnn, the ResNet
+# stem) 0.47 -> 1.64 and 1.76 -> 12.7 ms at 1 thread; 4 and 8 channels 26 -> 28 and 51 -> 57
+# ms at 1 thread, 37 -> 96 and 62 -> 97 ms at 2; from 16 channels the whole batch wins:
+# 133 -> 123 and 58 -> 42 ms at 1 thread, 1.6-6x at 2 (quiet machine, 2 threads: backward
+# halved, forward unchanged).
+WHOLE_BATCH_MIN_CHANNELS = 16
+
+
+def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:
+    """Whether a convolution's columns take the whole-batch layout these kernels write: 1-d or
+    2-d convolutions with at least ``WHOLE_BATCH_MIN_CHANNELS`` input channels per group."""
+    return ndim in (1, 2) and channels_per_group >= WHOLE_BATCH_MIN_CHANNELS
+
 
 def im2col_reference(x, cols, stride, padding, dilation) -> None:
     n, c, h, w = x.shape
@@ -54,7 +69,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     _opts = dict(boundscheck=False, nogil=True)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ...errors import ShapeError
 
 __all__ = ["conv_backward", "conv_backward_reference", "direct_layout_ok"]
 
@@ -59,7 +59,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     _jit = cached_jit(boundscheck=False, nogil=True)
     _inline = cached_jit(boundscheck=False, nogil=True, inline="always")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common import adam_scalars
+
 
 def adam_reference(p, g, m, v, vmax, l2, decoupled, wd, decay, c1, b2, c2, b2s, eps, size, scratch):
     """One Adam(W) step in place with NumPy ufuncs into the two ``scratch`` arrays (shaped like
@@ -47,7 +49,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     _BLOCK = 2048  # elements per pass of the loops below: the block stays in L1 between them
 
@@ -87,24 +89,6 @@ if numba is not None:
             else:
                 for i in range(k):
                     pb[i] = pb[i] - mb[i] / (np.sqrt(vv[i]) / b2s + eps) * size
-
-
-def adam_scalars(dtype, lr, beta1, beta2, eps, wd, decoupled, step) -> tuple:
-    """The Adam kernels' arguments after the arrays: (l2, decoupled, wd, decay, c1, b2, c2, b2s,
-    eps, size), the numbers cast to ``dtype`` (one set for the CPU and the CUDA kernel)."""
-    t = np.dtype(dtype).type
-    return (
-        wd != 0 and not decoupled,
-        wd != 0 and decoupled,
-        t(wd),
-        t(1.0 - lr * wd),
-        t(1.0 - beta1),
-        t(beta2),
-        t(1.0 - beta2),
-        t(np.sqrt(1.0 - beta2**step)),
-        t(eps),
-        t(lr / (1.0 - beta1**step)),
-    )
 
 
 def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupled, step):

@@ -79,7 +79,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     _jit = cached_jit(boundscheck=False, nogil=True, error_model="numpy")
     _pjit = cached_jit(boundscheck=False, nogil=True, parallel=True, error_model="numpy")

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     @cached_jit(boundscheck=False, nogil=True)
     def _select(c, a, s, keep, out):  # pragma: no cover - compiled

@@ -8,7 +8,7 @@ entry of such a window). Backward: add each output gradient at its window's posi
 output is positive. These are exactly the values the separate ReLU and max-pool rules give;
 the fused loop reads the input once instead of three times.
 
-Both run the max-pooling loops of ``kernels/pool.py`` (compiled per window geometry) with
+Both run the max-pooling loops of ``kernels/cpu/pool.py`` (compiled per window geometry) with
 their ReLU flag set. Windows are (kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d
 pooling uses H = 1.
 
@@ -51,15 +51,15 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
     from .pool import window_kernels
 
-    def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg) -> None:
+    def relu_max_pool_planes_forward(x, kh, kw, sh, sw, out, arg) -> None:
         """``relu(x)``'s window maxima over (M, H, W) planes and their offsets (see
         :func:`~.pool.window_kernels`)."""
         window_kernels(kh, kw, sh, sw, 1, 1)[0](x, out, arg, True)
 
-    def relu_max_pool_backward(g, out, arg, kh, kw, sh, sw, gx) -> None:
+    def relu_max_pool_planes_backward(g, out, arg, kh, kw, sh, sw, gx) -> None:
         """``gx`` whole: each ``g`` at its window's offset where ``out > 0``, zeros elsewhere."""
         window_kernels(kh, kw, sh, sw, 1, 1)[1](g, arg, out, gx, True)
 
@@ -87,11 +87,35 @@ if numba is not None:
 
 else:  # pragma: no cover
 
-    def relu_max_pool_forward(x, kh, kw, sh, sw, out, arg):
+    def relu_max_pool_planes_forward(x, kh, kw, sh, sw, out, arg):
         relu_max_pool_forward_reference(x, (kh, kw), (sh, sw), out, arg)
 
-    def relu_max_pool_backward(g, out, arg, kh, kw, sh, sw, gx):
+    def relu_max_pool_planes_backward(g, out, arg, kh, kw, sh, sw, gx):
         relu_max_pool_backward_reference(g, out, arg, (kh, kw), (sh, sw), gx)
 
     bias_relu_forward = bias_relu_forward_reference
     bias_relu_backward = bias_relu_backward_reference
+
+
+def _planes(a: np.ndarray) -> np.ndarray:
+    """(N, C, *spatial) as (N*C, H, W) planes (H = 1 for 1-d): a view of a contiguous array."""
+    return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
+
+
+def _2d(kernel: tuple, stride: tuple) -> tuple:
+    return ((1,) + tuple(kernel), (1,) + tuple(stride)) if len(kernel) == 1 else (kernel, stride)
+
+
+def relu_max_pool_forward(x, kernel: tuple, stride: tuple, out, arg) -> None:
+    """Each window's maximum of ``relu(x)`` and its offset, for x (N, C, L) or (N, C, H, W) and
+    windows without padding or dilation, into ``out`` and ``arg`` (contiguous)."""
+    (kh, kw), (sh, sw) = _2d(kernel, stride)
+    x = np.ascontiguousarray(x)
+    relu_max_pool_planes_forward(_planes(x), kh, kw, sh, sw, _planes(out), _planes(arg))
+
+
+def relu_max_pool_backward(g, y, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx) -> None:
+    """The input gradient of :func:`relu_max_pool_forward` (``y`` its output, ``g``
+    contiguous), into ``gx`` of shape ``x_shape``."""
+    (kh, kw), (sh, sw) = _2d(kernel, stride)
+    relu_max_pool_planes_backward(_planes(g), _planes(y), _planes(arg), kh, kw, sh, sw, _planes(gx))

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     @cached_jit(boundscheck=False, nogil=True)
     def _add_channel_bias(x, b, out):  # pragma: no cover - compiled

@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - numba is a dependency; keep working wi
     numba = None
 
 if numba is not None:
-    from .jit import cached_jit
+    from ..jit import cached_jit
 
     @cached_jit(boundscheck=False, nogil=True)
     def _recurrence_nb(b, a, out, reverse):  # pragma: no cover - compiled

@@ -4,7 +4,7 @@ The forward returns, per window, the maximum and its offset ``a * KW + b`` insid
 (the first one at ties, NaN counting as the maximum); the backward adds each output gradient
 at that offset. A window's entries are ``dilation`` apart (1: adjacent). The compiled loops are
 specialised per window geometry (:func:`window_kernels`); ReLU then max pooling
-(``kernels/fused.py``) runs through the same loops.
+(``kernels/cpu/fused.py``) runs through the same loops.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import functools
 import itertools
 
 import numpy as np
+
+from ..common import pool_arg_dtype
 
 
 def _slices(offs, stride, out_shape, dilation) -> tuple:
@@ -44,7 +46,7 @@ def max_pool_backward_reference(g, arg, kernel, stride, gx, dilation=(1, 1)) -> 
 try:
     import numba
 
-    from .jit import cached_jit
+    from ..jit import cached_jit
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -126,10 +128,6 @@ def _planes(a: np.ndarray) -> np.ndarray:
     """(N, C, *spatial) as contiguous (N*C, H, W) planes (H = 1 for 1-d)."""
     a = np.ascontiguousarray(a)
     return a.reshape((-1,) + ((1,) if a.ndim == 3 else ()) + a.shape[2:])
-
-
-def pool_arg_dtype(kernel: tuple):
-    return np.uint8 if np.prod(kernel) <= 256 else np.intp
 
 
 def _two_d(kernel: tuple, stride: tuple, dilation: tuple) -> tuple:

@@ -1,0 +1,140 @@
+"""Array-generic kernels: what a device's namespace binds where it has no dedicated kernel.
+
+Each function has the signature of the CPU namespace's function of the same name and writes
+its outputs into the arrays it is given, computing with NumPy's functions, ufuncs and array
+methods on them, so a device's arrays run it (CuPy takes NumPy's functions through
+``__array_function__``/``__array_ufunc__``). Where a CPU kernel's NumPy reference is already
+written so, it is reused. The formulas are the ones the primitives ran on devices before the
+kernels had one namespace per device, so a device's results keep their bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import xp_of
+from .cpu.batch_norm import (
+    batch_norm_backward_reference as batch_norm_backward,
+)
+from .cpu.batch_norm import (
+    batch_norm_forward_reference as batch_norm_forward,
+)
+from .cpu.batch_norm import (
+    batch_stats_reference as batch_stats,
+)
+from .cpu.bias import add_taps_reference as add_taps
+
+__all__ = [
+    "add_taps",
+    "batch_norm_backward",
+    "batch_norm_forward",
+    "batch_stats",
+    "conv_backward",
+    "col2im",
+    "direct_layout_ok",
+    "im2col",
+    "im2col_whole_batch",
+    "layer_norm_backward",
+    "layer_norm_forward",
+    "select",
+    "softmax_backward",
+]
+
+
+def select(c, a, s, keep: bool, out) -> None:
+    """``out = where(c, a, s)`` (``keep``) or ``where(c, s, a)``, for a scalar ``s``."""
+    x, y = (a, s) if keep else (s, a)
+    np.copyto(out, y)
+    np.copyto(out, x, where=c)
+
+
+def softmax_backward(g, y, out) -> None:
+    """``out = y * (g - sum(g * y))`` per row of (N, D) arrays."""
+    out[...] = y * (g - (g * y).sum(axis=1, keepdims=True))
+
+
+def layer_norm_forward(x, w, b, eps, y, mean, rstd) -> None:
+    """Layer normalisation of the rows of ``x`` (N, D) into ``y``, with each row's mean and
+    reciprocal standard deviation into ``mean`` and ``rstd`` (N,)."""
+    m = x.mean(axis=-1, keepdims=True)
+    c = x - m
+    r = 1 / (((c * c).mean(axis=-1, keepdims=True) + eps) ** 0.5)
+    y[...] = c * r * w + b
+    mean[...] = m.reshape(mean.shape)
+    rstd[...] = r.reshape(rstd.shape)
+
+
+def layer_norm_backward(g, x, w, mean, rstd, gx, gw, gb) -> None:
+    """The gradients of :func:`layer_norm_forward` for the output gradient ``g`` (N, D)."""
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    h = g * w
+    gx[...] = rstd[:, None] * (
+        h - h.mean(axis=-1, keepdims=True) - xhat * (h * xhat).mean(axis=-1, keepdims=True)
+    )
+    gw[...] = (g * xhat).sum(axis=0)
+    gb[...] = g.sum(axis=0)
+
+
+def direct_layout_ok(x, w) -> bool:
+    """No direct convolution-gradient kernel here: the matmul path serves every convolution."""
+    return False
+
+
+def conv_backward(g, x, w, gw, gb, gx, scratch=None) -> None:
+    """The gradients of a stride-1 unpadded convolution (N, C, L) or (N, C, H, W) for its output
+    gradient ``g``, dense, one kernel tap at a time (each skipped when its output is None)."""
+    g4, x4, w4 = (a if a.ndim == 4 else a[:, :, None] for a in (g, x, w))
+    oh, ow = g4.shape[2:]
+    if gb is not None:
+        gb[...] = g4.sum(axis=(0, 2, 3))
+    gw4 = None if gw is None else (gw if gw.ndim == 4 else gw[:, :, None])
+    gx4 = None if gx is None else (gx if gx.ndim == 4 else gx[:, :, None])
+    if gx4 is not None:
+        gx4[...] = 0
+    for a in range(w4.shape[2]):
+        for b in range(w4.shape[3]):
+            if gw4 is not None:
+                window = x4[:, :, a : a + oh, b : b + ow]
+                gw4[:, :, a, b] = np.einsum("noij,ncij->oc", g4, window)
+            if gx4 is not None:
+                gx4[:, :, a : a + oh, b : b + ow] += np.einsum("noij,oc->ncij", g4, w4[:, :, a, b])
+
+
+def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:
+    """No whole-batch im2col here: convolutions take the per-sample columns (array operations
+    and batched products)."""
+    return False
+
+
+def _padded_geometry(shape, cols_shape, stride, padding, dilation) -> tuple:
+    n, c, h, w = shape
+    _, kh, kw, _, oh, ow = cols_shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    return (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), kh, kw, oh, ow
+
+
+def _window(a, i, j, stride, dilation, oh, ow):
+    (sh, sw), (dh, dw) = stride, dilation
+    return a[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
+
+
+def im2col(x, cols, stride, padding, dilation) -> None:
+    """Fill ``cols`` (C, KH, KW, N, OH, OW) with the windows of ``x`` (N, C, H, W)."""
+    shape, kh, kw, oh, ow = _padded_geometry(x.shape, cols.shape, stride, padding, dilation)
+    (ph, pw), (h, w) = padding, x.shape[2:]
+    xp = xp_of(x).zeros(shape, x.dtype)
+    xp[:, :, ph : ph + h, pw : pw + w] = x
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, i, j] = _window(xp, i, j, stride, dilation, oh, ow).transpose(1, 0, 2, 3)
+
+
+def col2im(gcols, gx, stride, padding, dilation) -> None:
+    """``gx`` (N, C, H, W) <- the sum of ``gcols``' entries at the elements they came from."""
+    shape, kh, kw, oh, ow = _padded_geometry(gx.shape, gcols.shape, stride, padding, dilation)
+    (ph, pw), (h, w) = padding, gx.shape[2:]
+    gp = xp_of(gx).zeros(shape, gx.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            _window(gp, i, j, stride, dilation, oh, ow)[...] += gcols[:, i, j].transpose(1, 0, 2, 3)
+    gx[...] = gp[:, :, ph : ph + h, pw : pw + w]
