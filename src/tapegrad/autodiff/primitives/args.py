@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.state import TensorBase
 from ..errors import IndexOutOfRange, ShapeError
 
 
@@ -34,9 +35,14 @@ def normalize_axis(axis, ndim: int, op: str = "") -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def is_tensor(x) -> bool:
+    """Whether ``x`` is a Tensor (a Parameter too)."""
+    return isinstance(x, TensorBase)
+
+
 def plain(x):
     """The array (or number) behind ``x``: a Tensor's ``data``, anything else as it is."""
-    return x.data if hasattr(x, "requires_grad") else x
+    return x.data if isinstance(x, TensorBase) else x
 
 
 def shape_of(x) -> tuple:

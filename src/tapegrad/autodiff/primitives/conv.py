@@ -33,6 +33,7 @@ from ..errors import DTypeError, ShapeError
 from ..kernels.dispatch import kernels_for
 from . import conv_layout as L
 from . import samples as S
+from .args import plain
 from .conv_reference import _conv_backward_reference, _conv_reference
 from .registry import Sample, primitive, run, scratch
 
@@ -470,7 +471,7 @@ conv_weight = primitive(
 
 # -- the public functions ---------------------------------------------------------------------
 def _data(x):
-    return x.data if hasattr(x, "requires_grad") else x
+    return plain(x)
 
 
 def _tuple_arg(op: str, name: str, value, d: int, minimum: int) -> tuple:

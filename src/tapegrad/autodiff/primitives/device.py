@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import backend
 from . import samples as S
+from .args import plain
 from .registry import Sample, primitive, run
 
 
@@ -19,9 +20,7 @@ def _to_device_fwd(x, device: str, out=None):
 
 
 def _to_device_vjp(g, out, x, device):
-    return run(
-        to_device, g, device=backend.device_of(x.data if hasattr(x, "requires_grad") else x).name
-    )
+    return run(to_device, g, device=backend.device_of(plain(x)).name)
 
 
 to_device = primitive(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from .args import shape_of
+from .args import is_tensor, shape_of
 from .elementwise import mul
 from .linalg import matmul
 from .movement import diagonal
@@ -199,6 +199,6 @@ def einsum(subscripts: str, *operands):
         acc = _reduce_sum(acc, extra)
         la = [lab for i, lab in enumerate(la) if i not in extra]
     result = _arrange(acc, la, out)
-    if not hasattr(result, "requires_grad"):  # one constant array, unchanged: still a Tensor
+    if not is_tensor(result):  # one constant array, unchanged: still a Tensor
         result = reshape(result, shape_of(result))
     return result

@@ -21,7 +21,7 @@ from ..backend import asarray, is_array, sparse_indices, ufunc_at, xp_of
 from ..errors import DTypeError, IndexOutOfRange, ShapeError
 from ..kernels.dispatch import kernels_for
 from . import samples as S
-from .args import _into, dtype_of, one_axis, plain, shape_of
+from .args import _into, dtype_of, is_tensor, one_axis, plain, shape_of
 from .registry import Sample, primitive, run
 from .shape import _pad
 
@@ -308,7 +308,7 @@ _index_add = primitive(
 # -- public functions ----------------------------------------------------------------------------
 def _index_arg(op: str, index, what: str = "index"):
     """An index given as a Tensor stays one (a compiled plan then reads it on every call)."""
-    if not hasattr(index, "requires_grad") and not is_array(index):
+    if not is_tensor(index) and not is_array(index):
         index = np.asarray(index)
     if dtype_of(index).kind not in "iu":
         raise DTypeError(f"{op}: {what} must hold integers, got dtype {dtype_of(index)}")
@@ -359,7 +359,7 @@ def gather(x, axis: int, index):
 
 
 def _src_arg(op: str, x, src):
-    if hasattr(src, "requires_grad") or isinstance(src, np.ndarray):
+    if is_tensor(src) or isinstance(src, np.ndarray):
         return src
     return asarray(src, dtype_of(x), like=plain(x))  # a number: one value written everywhere
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import samples as S
+from .args import plain
 from .registry import Sample, primitive, run
 from .shape import _permute, sum_to
 
@@ -50,7 +51,7 @@ def _vjp_b(g, out, a, b):
         # a weight broadcast over a batch: fold the batch into the rows, one GEMM with the
         # batch in its inner dimension instead of a GEMM per matrix and a sum over the batch
         a, g = a.reshape((-1, a.shape[-1])), g.reshape((-1, g.shape[-1]))
-    if a.ndim == 2 and transposed_layout(b.data if hasattr(b, "requires_grad") else b):
+    if a.ndim == 2 and transposed_layout(plain(b)):
         return _swap_last(run(matmul, _swap_last(g), a))  # (g^T a)^T: b's own layout
     a2, b2, g2 = _as_matrices(a, b, g)
     return _sum_to(run(matmul, _swap_last(a2), g2), b2.shape).reshape(b.shape)

@@ -17,7 +17,7 @@ import numpy as np
 from ..backend import asarray
 from ..core.state import untraceable as _untraceable
 from ..errors import ShapeError
-from .args import axes_of, dtype_of, one_axis, plain, shape_of
+from .args import axes_of, dtype_of, is_tensor, one_axis, plain, shape_of
 from .indexing import _take
 from .shape import broadcast_to, concatenate, permute, reshape
 from .shape import pad as _constant_pad
@@ -120,7 +120,7 @@ def tile(x, reps):
 def repeat_interleave(x, repeats, axis=None):
     """Each entry repeated ``repeats`` times (an int, or one count per entry along ``axis``)
     along ``axis`` (None: the flattened tensor); the gradient sums the copies."""
-    if hasattr(repeats, "requires_grad"):
+    if is_tensor(repeats):
         _untraceable(repeats, "repeat_interleave with a tensor of counts (the output shape)")
         repeats = repeats.data
     reps = np.asarray(repeats)

@@ -24,6 +24,7 @@ from ..backend import asarray, is_array, xp_of
 from ..errors import ShapeError
 from ..kernels.dispatch import kernels_for
 from . import samples as S
+from .args import plain
 from .conv import _check_float, _check_rank, _data
 from .elementwise import sigmoid
 from .reduce import _logsumexp, _softmax, _sum
@@ -150,7 +151,7 @@ def embedding(weight, indices):
 # -- losses ----------------------------------------------------------------------------------
 def _plain(a):
     """The array of a Tensor (class ids arrive as one inside a recorded rule)."""
-    return a.data if hasattr(a, "requires_grad") else a
+    return plain(a)
 
 
 def _scale(g, reduction: str, count: int):

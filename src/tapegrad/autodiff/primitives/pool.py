@@ -20,6 +20,7 @@ from ..backend import is_array, xp_of
 from ..errors import ShapeError
 from ..kernels.dispatch import kernels_for
 from . import samples as S
+from .args import plain
 from .conv import _check_float, _check_rank, _interior, _padded_shape, _tuple_arg
 from .registry import Sample, primitive, run, scratch
 
@@ -381,7 +382,7 @@ _max_unpool = primitive(
 def _unpool(op, d, x, indices, kernel_size, stride, padding, output_size):
     xa = _check_float(op, "x", x)
     _check_rank(op, "x", xa, d + 2, "(N, C, L)" if d == 1 else "(N, C, H, W)")
-    ia = indices.data if hasattr(indices, "requires_grad") else indices
+    ia = plain(indices)
     ia = ia if is_array(ia) else np.asarray(ia)
     if ia.shape != xa.shape or ia.dtype.kind not in "iu":
         raise ShapeError(

@@ -13,7 +13,7 @@ import numpy as np
 from ..backend import expand_reduced, is_array, xp_of
 from ..kernels.dispatch import kernels_for
 from . import samples as S
-from .args import normalize_axis, pick_axis
+from .args import normalize_axis, pick_axis, plain
 from .elementwise import absolute, exp, power, sqrt
 from .registry import Sample, primitive, run, scratch
 from .shape import _broadcast_to
@@ -272,7 +272,7 @@ _log_softmax = primitive(
 
 
 def _ndim(x) -> int:
-    return np.ndim(x.data if hasattr(x, "requires_grad") else x)
+    return np.ndim(plain(x))
 
 
 def _reducer(prim, what):
@@ -482,7 +482,7 @@ def any(x, axis=None, keepdims: bool = False, *, dim=None, keepdim=None):  # noq
 
 
 def _plain(x):
-    x = x.data if hasattr(x, "requires_grad") else x
+    x = plain(x)
     return x if is_array(x) else np.asarray(x)
 
 

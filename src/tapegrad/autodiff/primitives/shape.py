@@ -16,13 +16,13 @@ from ..errors import ShapeError
 from ..kernels.dispatch import kernels_for
 from ..promotion import result_type
 from . import samples as S
-from .args import normalize_axis
+from .args import is_tensor, normalize_axis, plain
 from .elementwise import astype
 from .registry import Sample, primitive, run
 
 
 def _data(x):
-    return x.data if hasattr(x, "requires_grad") else x
+    return plain(x)
 
 
 def unbroadcast(g, shape: tuple[int, ...], out: np.ndarray | None = None):
@@ -302,7 +302,7 @@ def _index_part(p):
 def _read_each_call(p) -> bool:
     """Whether an index part is a value a compiled plan must read on every call: a Tensor, or
     the array of a value the step being traced computed."""
-    if hasattr(p, "requires_grad"):
+    if is_tensor(p):
         return True
     if is_array(p):
         trace = _TRACING.active

@@ -14,7 +14,7 @@ from ..backend import asarray, is_array, to_host, ufunc_at, xp_of
 from ..core.state import _TRACING
 from ..errors import DTypeError, ShapeError
 from . import samples as S
-from .args import dtype_of, plain, shape_of
+from .args import dtype_of, is_tensor, plain, shape_of
 from .elementwise import where
 from .indexing import _last_writes, _size
 from .registry import Sample, primitive, run
@@ -257,13 +257,8 @@ def split_index(op: str, index) -> tuple[tuple, list]:
     parts = index if isinstance(index, tuple) else (index,)
     template, arrays = [], []
     for p in parts:
-        if (
-            hasattr(p, "requires_grad")
-            or isinstance(p, list)
-            or is_array(p)
-            or (isinstance(p, (bool, np.bool_)))
-        ):
-            a = p if hasattr(p, "requires_grad") or is_array(p) else np.asarray(p)
+        if is_tensor(p) or isinstance(p, list) or is_array(p) or (isinstance(p, (bool, np.bool_))):
+            a = p if is_tensor(p) or is_array(p) else np.asarray(p)
             if dtype_of(a).kind not in "iub":
                 raise IndexError(f"{op}: index arrays must be integer or bool, got {dtype_of(a)}")
             template.append(ARRAY)
