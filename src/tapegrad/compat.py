@@ -13,9 +13,10 @@ import numpy as np
 
 from . import cuda, nn
 from .autodiff.backend import default_dtype, set_default_dtype, to_host
+from .autodiff.core.state import active_trace
 from .autodiff.errors import ShapeError
 from .autodiff.plan import TraceError
-from .autodiff.tensor import _TRACING, Tensor
+from .autodiff.tensor import Tensor
 from .autodiff.tensor_torch import batch_matmul
 
 
@@ -85,7 +86,7 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     2-d), drawn from ``generator`` (a ``numpy.random.Generator``; None: ``nn.init``'s default
     generator); without ``replacement`` a row's indices are distinct. int64, not
     differentiable, eager only (a compiled step would freeze one draw)."""
-    if _TRACING.active is not None:
+    if active_trace() is not None:
         raise TraceError(
             "multinomial inside a compiled function: the draw would be frozen into the plan; "
             "draw outside it (sampling loops are eager code)"

@@ -16,7 +16,8 @@ import numpy as np
 from . import nn
 from .autodiff import ops
 from .autodiff.backend import float_dtype
-from .autodiff.errors import ShapeError
+from .autodiff.core.state import active_trace
+from .autodiff.errors import ShapeError, TraceError
 from .autodiff.tensor import Tensor
 from .autodiff.tensor_torch import batch_matmul, narrow, t  # noqa: F401  (PyTorch's too)
 
@@ -372,10 +373,7 @@ def quantile(input, q, dim=None, keepdim: bool = False, *, interpolation: str = 
 
 
 def _eager(name: str, x) -> np.ndarray:
-    from .autodiff.plan import TraceError
-    from .autodiff.tensor import _TRACING
-
-    if _TRACING.active is not None:
+    if active_trace() is not None:
         raise TraceError(
             f"{name} inside a compiled function: its result's size depends on the values; "
             f"call it outside the step"

@@ -14,10 +14,11 @@ import numpy as np
 
 from .autodiff import ops
 from .autodiff.backend import default_dtype, device_of, float_dtype, get_device, is_array
+from .autodiff.core.state import active_trace
 from .autodiff.errors import ShapeError
 from .autodiff.plan import TraceError
 from .autodiff.primitives.indexing import one_hot as _one_hot
-from .autodiff.tensor import _TRACING, Tensor
+from .autodiff.tensor import Tensor
 from .nn import init as _nn_init
 
 
@@ -107,7 +108,7 @@ def one_hot(indices, num_classes: int = -1, dtype=np.int64) -> Tensor:
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"one_hot: indices must be integers, got dtype {idx.dtype}")
     if num_classes < 0:
-        if _TRACING.active is not None:
+        if active_trace() is not None:
             raise TraceError(
                 "one_hot(num_classes=-1) inside a compiled function: the class count would be "
                 "read from this call's values and frozen; pass num_classes"

@@ -22,21 +22,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import tensor as _tensor_mod
+from .core.state import untraced
 from .graph import enable_grad, gradients, is_grad_enabled, no_grad, toposort
 from .primitives import elementwise
 from .primitives.registry import Sample, primitive, run
 from .tensor import Tensor
-
-
-class _Untraced:
-    """Suspend a compile trace: the segment is one equation, not the operations inside it."""
-
-    def __enter__(self):
-        self.trace, _tensor_mod._TRACING.active = _tensor_mod._TRACING.active, None
-
-    def __exit__(self, *exc):
-        _tensor_mod._TRACING.active = self.trace
 
 
 def _output(out, fn) -> Tensor:
@@ -52,7 +42,7 @@ def _run(fn, tensors, kwargs, log: list) -> Tensor:
     """``fn`` on ``tensors`` outside any trace, logging the generators it draws from."""
     elementwise.RNG_LOG, outer = log, elementwise.RNG_LOG
     try:
-        with _Untraced():
+        with untraced():
             return _output(fn(*tensors, **kwargs), fn)
     finally:
         elementwise.RNG_LOG = outer
@@ -95,7 +85,7 @@ def _backward(g, *arrays, fn, kwargs, n_args, params, rng_log, needs):
     for gen, state in reversed(rng_log):  # rewind to the first draw of each generator
         gen.bit_generator.state = state
     try:
-        with enable_grad(), _Untraced():  # the inner pass is part of this one equation
+        with enable_grad(), untraced():  # the inner pass is part of this one equation
             out_t = _run(fn, leaves, kwargs, [])
             wanted = [t for t, need in zip(leaves + list(params), needs) if need]
             found = (

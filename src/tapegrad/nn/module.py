@@ -25,8 +25,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..autodiff import backend
+from ..autodiff.core.state import active_trace
 from ..autodiff.plan import state_changed
-from ..autodiff.tensor import _TRACING, Tensor
+from ..autodiff.tensor import Tensor
 from .parameter import Parameter
 
 
@@ -429,7 +430,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
-        trace = _TRACING.active
+        trace = active_trace()
         if trace is not None:  # a compiled plan depends on this module's mode and parameters
             trace.guard(self, self._replay_state, self._replay_change)
         hooks = self.__dict__.get("_hooks")

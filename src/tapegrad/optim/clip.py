@@ -9,8 +9,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..autodiff import Tensor
+from ..autodiff.core.state import active_trace
 from ..autodiff.plan import effect
-from ..autodiff.tensor import _TRACING
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
 
@@ -77,7 +77,7 @@ def clip_grad_norm_(
     if not norm_type > 0:
         raise ValueError(f"{fn}: norm_type must be > 0 (or inf), got {norm_type}")
     params = _params(params, fn)
-    if _TRACING.active is None:
+    if active_trace() is None:
         return _clip_norm(params, float(max_norm), norm_type, error_if_nonfinite)
     # Inside a compiled step: a recorded effect, so every replay clips; the norm it returns is
     # a 0-d tensor that each replay updates.

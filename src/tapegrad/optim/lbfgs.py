@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor, enable_grad
+from ..autodiff.core.state import active_trace
 from ..autodiff.plan import TraceError
-from ..autodiff.tensor import _TRACING
 from .optimizer import Optimizer
 
 __all__ = ["LBFGS"]
@@ -242,7 +242,7 @@ class LBFGS(Optimizer):
                 "LBFGS.step needs a closure that zeroes the gradients, computes the loss, "
                 "calls backward() and returns the loss: step(closure)"
             )
-        if _TRACING.active is not None:
+        if active_trace() is not None:
             raise TraceError(
                 "LBFGS.step cannot be compiled: it re-evaluates its closure a number of times "
                 "that depends on the values; call it outside tg.compile"

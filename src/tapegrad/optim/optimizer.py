@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor, backend, enable_grad
+from ..autodiff.core.state import active_trace, untraced
 from ..autodiff.plan import effect, state_changed
 from ..autodiff.primitives.registry import Primitive
-from ..autodiff.tensor import _TRACING
 
 __all__ = ["Optimizer"]
 
@@ -244,7 +244,7 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        trace = _TRACING.active
+        trace = active_trace()
         if trace is None:
             for group, index, p in self._with_grads():
                 self._update_primitive.forward(p.data, p._grad, opt=self, group=group, index=index)
@@ -263,14 +263,13 @@ class Optimizer:
         """``step()`` inside a compiled step: one update equation per parameter."""
         trace.check_untouched(f"before {self._name}.step()")
         trace.guard(self, self._replay_state, self._replay_change)
-        _TRACING.active = None  # the updates' own array operations are not traced
         try:
-            for group, index, p in self._with_grads():
-                attrs = {"opt": self, "group": group, "index": index}
-                trace.record_update(self._update_primitive, p, attrs)
-                self._update_primitive.forward(p.data, p._grad, **attrs)
+            with untraced():  # the updates' own array operations are not traced
+                for group, index, p in self._with_grads():
+                    attrs = {"opt": self, "group": group, "index": index}
+                    trace.record_update(self._update_primitive, p, attrs)
+                    self._update_primitive.forward(p.data, p._grad, **attrs)
         finally:
-            _TRACING.active = trace
             trace.resnapshot()
 
     def _replay_state(self) -> tuple:

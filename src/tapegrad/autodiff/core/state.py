@@ -8,6 +8,8 @@ The layers above register what the core needs from them instead of being importe
 * ``plan/`` sets ``_TRACING.active`` to the trace it records into (its methods are the hooks the
   core calls: ``record_eq``, ``record_call``, ``resnapshot``, ...), and ``traced_grads.py``
   sets ``_TRACING.lift``, which maps a ``.grad`` view of the trace under way to its traced value.
+  Only the engine (``autodiff/``) touches ``_TRACING``; the layers above ask
+  :func:`active_trace` and suspend a trace with :func:`untraced`.
 """
 
 from __future__ import annotations
@@ -56,6 +58,25 @@ class _TRACING:
 
     active = None
     lift: Callable = _no_lift  # an argument of an operation as the trace sees it
+
+
+def active_trace():
+    """The trace ``tapegrad.compile`` is recording now, None outside one: how the layers above
+    the engine (optimisers, modules, clipping) ask whether they run inside a trace."""
+    return _TRACING.active
+
+
+@contextlib.contextmanager
+def untraced():
+    """Suspend the trace under way, if any, for the block (yields it): the block's array
+    operations are not recorded (an update the caller records as one equation, a checkpoint's
+    segment)."""
+    trace = _TRACING.active
+    _TRACING.active = None
+    try:
+        yield trace
+    finally:
+        _TRACING.active = trace
 
 
 class TensorBase:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from ...autodiff.core.state import active_trace
 from ...autodiff.plan import state_changed
-from ...autodiff.tensor import _TRACING, Tensor
+from ...autodiff.tensor import Tensor
 
 
 def _owner(module, name: str):
@@ -64,7 +65,7 @@ def swapped(module, values: dict, *, tie_weights: bool = True, strict: bool = Fa
                 f"unexpected {sorted(unexpected)}"
             )
     slots = _slots(module, values, tie_weights)
-    trace = _TRACING.active
+    trace = active_trace()
     if trace is not None:  # a compiled plan depends on the modules' own state, not the swap's
         for sub in module.modules():
             trace.guard(sub, sub._replay_state, sub._replay_change)
