@@ -251,3 +251,19 @@ if __name__ == "__main__":
     upward = upward_imports(graph)
     print("\n".join(upward) if upward else "every import goes down the layers")
     sys.exit(1 if found or upward else 0)
+
+
+def test_only_the_engine_touches_the_trace_flag():
+    """Above ``autodiff/`` a module asks ``active_trace()`` and suspends a trace with
+    ``untraced()``; the flag itself (``_TRACING``) is the engine's."""
+    offenders = []
+    for path in sorted((ROOT / "tapegrad").rglob("*.py")):
+        if (ROOT / "tapegrad" / "autodiff") in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            name = getattr(node, "id", None) or getattr(node, "attr", None)
+            names = [a.name for a in getattr(node, "names", [])]
+            if name == "_TRACING" or "_TRACING" in names:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"_TRACING used outside autodiff/: {offenders}"
