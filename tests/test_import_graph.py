@@ -263,7 +263,7 @@ def test_only_the_engine_touches_the_trace_flag():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             name = getattr(node, "id", None) or getattr(node, "attr", None)
-            names = [a.name for a in getattr(node, "names", [])]
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
             if name == "_TRACING" or "_TRACING" in names:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, f"_TRACING used outside autodiff/: {offenders}"
