@@ -60,3 +60,43 @@ def test_the_choice_needs_every_subset_the_kernels_use(monkeypatch, flags, expec
     monkeypatch.delitem(sys.modules, "numpy")  # restored after the test
     assert blas.prefer_avx512() == expected
     assert os.environ.get("OPENBLAS_CORETYPE") == expected
+
+
+IDLE = (
+    "import os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"
+)
+
+
+def _run_clean(code: str, **env_changes) -> str:
+    """``code`` in a child whose environment lacks the idle-thread variables (this process's
+    ``import tapegrad`` set them)."""
+    env = {k: v for k, v in os.environ.items() if k not in blas.IDLE_THREADS}
+    env.update(env_changes)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+def test_import_tapegrad_makes_idle_workers_sleep():
+    assert _run_clean("import tapegrad; " + IDLE).split() == ["PASSIVE", "4"]
+    info = _run_clean("import tapegrad.blas as b, tapegrad; print(b.describe_idle())")
+    assert info == "OMP_WAIT_POLICY=PASSIVE (tapegrad), OPENBLAS_THREAD_TIMEOUT=4 (tapegrad)"
+
+
+def test_a_users_idle_setting_wins_and_numpy_first_keeps_openblas_as_loaded():
+    assert _run_clean("import tapegrad; " + IDLE, OMP_WAIT_POLICY="ACTIVE").split() == [
+        "ACTIVE",
+        "4",
+    ]
+    # OpenBLAS read its variables when NumPy loaded it: setting one now would only mislead
+    assert _run_clean("import numpy, tapegrad; " + IDLE).split() == ["PASSIVE", "None"]
+
+
+def test_benchmark_peers_start_without_tapegrads_idle_setting():
+    code = (
+        "import tapegrad; from tapegrad.bench.harness import process_env; e = process_env(); "
+        "print(e.get('OMP_WAIT_POLICY'), e.get('OPENBLAS_THREAD_TIMEOUT'))"
+    )
+    assert _run_clean(code).split() == ["None", "None"]
+    assert _run_clean(code, OMP_WAIT_POLICY="PASSIVE").split() == ["PASSIVE", "None"]

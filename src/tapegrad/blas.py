@@ -76,6 +76,16 @@ def sleep_idle_threads() -> dict[str, str]:
     return dict(SET_HERE)
 
 
+def describe_idle() -> str:
+    """How the thread pools' idle workers behave here: each variable and who set it."""
+    parts = []
+    for var in IDLE_THREADS:
+        value = os.environ.get(var)
+        who = "tapegrad" if SET_HERE.get(var) == value else "yours"
+        parts.append(f"{var}={value} ({who})" if value is not None else f"{var} unset")
+    return ", ".join(parts)
+
+
 def _openblas() -> tuple[ctypes.CDLL, str] | None:
     """The OpenBLAS that NumPy has loaded (found among the process's mapped libraries) and its
     symbols' name pattern."""

@@ -17,6 +17,7 @@ def add_parser(sub) -> None:
 def cmd_info(args) -> int:
     from .. import data
     from ..blas import describe as describe_blas
+    from ..blas import describe_idle
 
     for k, v in versions().items():
         print(f"{k:<10} {v}")
@@ -29,6 +30,7 @@ def cmd_info(args) -> int:
     print(f"{'cpus':<10} {os.cpu_count()} (numba threads {threads})")
     print(f"{'machine':<10} {platform.machine()} {platform.system()}")
     print(f"{'blas':<10} {describe_blas()}")
+    print(f"{'idle':<10} {describe_idle()}")
     print(f"{'cuda':<10} {_cuda_status()}")
     print("datasets:")
     for name, where in data.describe(args.data_dir).items():
