@@ -54,12 +54,15 @@ def prefer_avx512() -> str | None:
     return "SkylakeX"
 
 
-# What tapegrad sets for the idle threads of its two thread pools, unless the user has: numba's
-# OpenMP workers (read when numba first runs a parallel kernel) and OpenBLAS's workers (read
-# when NumPy loads OpenBLAS) both sleep as soon as they are idle, instead of spinning on a core
-# for the next call. Spinning workers of one pool hold the core the other pool's next parallel
-# region needs: measured in BENCHMARKS.md ("Two thread pools").
-IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
+# What tapegrad sets for the idle threads of its thread pools, unless the user has: numba's
+# OpenMP workers (the variable is read when numba first runs a parallel kernel) sleep as soon
+# as a parallel region ends instead of spinning on a core, where they held back the OpenBLAS
+# call that followed (char-lm's compiled step, 2 threads: 304 -> 149 ms). OpenBLAS's own idle
+# workers also spin (``OPENBLAS_THREAD_TIMEOUT``, read when NumPy loads OpenBLAS); letting them
+# sleep (``OPENBLAS_THREAD_TIMEOUT=4``) speeds models with large parallel kernels further
+# (ResNet 140 -> ~110 ms) but slows small back-to-back products (seed-rnn 412 -> 660 us), so
+# tapegrad leaves it to the user. Measured in BENCHMARKS.md ("Two thread pools").
+IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
 # the variables this process set (not the user): benchmark peers start without them
 SET_HERE: dict[str, str] = {}
 
@@ -77,12 +80,16 @@ def sleep_idle_threads() -> dict[str, str]:
 
 
 def describe_idle() -> str:
-    """How the thread pools' idle workers behave here: each variable and who set it."""
+    """How the thread pools' idle workers behave here: each variable and who set it
+    (OpenBLAS's spin time only when someone set it)."""
     parts = []
-    for var in IDLE_THREADS:
+    for var in (*IDLE_THREADS, "OPENBLAS_THREAD_TIMEOUT"):
         value = os.environ.get(var)
-        who = "tapegrad" if SET_HERE.get(var) == value else "yours"
-        parts.append(f"{var}={value} ({who})" if value is not None else f"{var} unset")
+        if value is None:
+            if var in IDLE_THREADS:
+                parts.append(f"{var} unset")
+            continue
+        parts.append(f"{var}={value} ({'tapegrad' if SET_HERE.get(var) == value else 'yours'})")
     return ", ".join(parts)
 
 
