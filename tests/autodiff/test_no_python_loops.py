@@ -81,6 +81,8 @@ def _older_objects_frozen():
     (the other tests' imports: PyTorch, JAX, ...) are left out of those (``gc.freeze``), which
     then collect this module's own garbage as before without walking the whole heap each time
     (in the full suite about four times this module's run time)."""
+    # frozen objects are hidden from gc.get_referrers too, which tapegrad's in-place checks use
+    # to find graph nodes: every model, tensor and graph here is made after the freeze
     gc.collect()
     gc.freeze()
     yield

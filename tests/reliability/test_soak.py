@@ -29,6 +29,8 @@ def older_objects_frozen():
     other tests' imports: PyTorch, JAX, ...) are left out of those collections (``gc.freeze``),
     which then free the soak's own garbage and empty the free lists as before without walking
     the whole heap each time."""
+    # frozen objects are hidden from gc.get_referrers too, which tapegrad's in-place checks use
+    # to find graph nodes: every model, tensor and graph here is made after the freeze
     gc.collect()
     gc.freeze()
     yield
