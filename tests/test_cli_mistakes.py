@@ -3,13 +3,16 @@ problem, no traceback, no file left behind, and for an output that cannot be wri
 loaded or trained first (no header printed, within a few seconds).
 
 The cases are the user mistakes of issue 12 ("Nothing lost at the edges") and the ones its fixes
-added. They run in parallel (each is a process of its own), so the table costs a few seconds.
+added. Each is a process of its own, forked from one of four servers that have imported tapegrad
+(cli_forkserver.py: ``python -m tapegrad`` without paying Python's start per case), four at a
+time, so the table costs a few seconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import zipfile
@@ -19,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import safetensors.numpy
+from cli_forkserver import ForkServer
 from cli_helpers import write_blobs
 
 import tapegrad as tg
@@ -253,25 +257,42 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def _run(argv: list[str], cwd: Path) -> tuple[int, str, str, float]:
-    """(exit status, stdout, stderr, CPU seconds) of one ``tapegrad`` process. CPU time, not
-    wall time, tells whether it worked before failing: the machine may be busy."""
+def _run(argv: list[str], cwd: Path, server: ForkServer) -> tuple[int, str, str, float]:
+    """(exit status, stdout, stderr, CPU seconds) of one ``tapegrad`` process, forked by
+    ``server`` (see cli_forkserver.py). CPU time, not wall time, tells whether it worked before
+    failing: the machine may be busy. It counts the command's own work, not Python's start."""
     out, err = cwd.parent / f"{cwd.name}.out", cwd.parent / f"{cwd.name}.err"
-    with open(out, "w") as fo, open(err, "w") as fe:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "tapegrad", *argv], stdout=fo, stderr=fe, cwd=cwd, env=_env()
-        )
-        _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    cpu = usage.ru_utime + usage.ru_stime
-    return p.returncode, out.read_text(), err.read_text(), cpu
+    code, cpu = server.run(argv, cwd, out, err)
+    return code, out.read_text(), err.read_text(), cpu
 
 
-def _run_in_turn(group: list, work: dict) -> list:
-    return [(name, _run(argv, work[name])) for name, argv in group]
+@pytest.fixture(scope="module")
+def servers(real_data):
+    """Four fork servers (see cli_forkserver.py): the commands below run four at a time, each
+    a process of its own, without paying Python's and tapegrad's start-up per command."""
+    DATA[:] = [str(real_data)]
+    pool: queue.Queue[ForkServer] = queue.Queue()
+    started = [ForkServer(_env()) for _ in range(4)]
+    for server in started:
+        pool.put(server)
+    yield pool
+    for server in started:
+        server.close()
 
 
-def test_every_mistake_is_one_line_and_status_2(made, tmp_path):
+def _run_in_turn(group: list, work: dict, servers: queue.Queue) -> list:
+    server = servers.get()
+    try:
+        return [(name, _run(argv, work[name], server)) for name, argv in group]
+    finally:
+        servers.put(server)
+
+
+def _run_on(servers: queue.Queue, argv: list[str], cwd: Path) -> tuple:
+    return _run_in_turn([(None, argv)], {None: cwd}, servers)[0][1]
+
+
+def test_every_mistake_is_one_line_and_status_2(made, servers, tmp_path):
     root = made["root"]
     before = _snapshot(root)
     work = {}
@@ -290,7 +311,7 @@ def test_every_mistake_is_one_line_and_status_2(made, tmp_path):
         folder = argv[argv.index("--checkpoint-dir") + 1] if "--checkpoint-dir" in argv else name
         groups.setdefault(folder, []).append((name, argv))
     with ThreadPoolExecutor(max_workers=4) as pool:
-        runs = [pool.submit(_run_in_turn, group, work) for group in groups.values()]
+        runs = [pool.submit(_run_in_turn, group, work, servers) for group in groups.values()]
         results = {name: result for run in runs for name, result in run.result()}
     failures = []
     for name, _, words, output in CASES:
@@ -334,24 +355,24 @@ EDGES = [
 ]  # fmt: skip
 
 
-def _damaged_checkpoints(folder: Path, npz: Path) -> None:
+def _damaged_checkpoints(folder: Path, npz: Path, servers: queue.Queue) -> None:
     """An older valid checkpoint and a newer one with a flipped bit, from a real run."""
     argv = ["train", "linear", "--dataset", str(npz), "--epochs", "2", "--checkpoint-dir", "ck"]
-    code, _, err, _ = _run([*argv, "--max-steps", "20"], folder)
+    code, _, err, _ = _run_on(servers, [*argv, "--max-steps", "20"], folder)
     assert code == 0, err
     newest = list_checkpoints(folder / "ck")[-1]
     newest.write_bytes(_flip(newest.read_bytes()))
 
 
-def test_edges_of_a_working_run(tmp_path):
+def test_edges_of_a_working_run(servers, tmp_path):
     npz = write_blobs(tmp_path / "blobs.npz", classes=3, features=5)
     work = {name: tmp_path / name.replace(" ", "-") for name, *_ in EDGES}
     for folder in work.values():
         folder.mkdir()
-    _damaged_checkpoints(work["damaged newest checkpoint"], npz)
+    _damaged_checkpoints(work["damaged newest checkpoint"], npz, servers)
     with ThreadPoolExecutor(max_workers=4) as pool:
         jobs = [
-            (edge, pool.submit(_run, edge[1].format(npz=npz).split(), work[edge[0]]))
+            (edge, pool.submit(_run_on, servers, edge[1].format(npz=npz).split(), work[edge[0]]))
             for edge in EDGES
         ]
     failures = []
@@ -369,11 +390,11 @@ def test_edges_of_a_working_run(tmp_path):
     assert not failures, "\n".join(failures)
 
 
-def test_evaluate_takes_a_plain_safetensors_file_with_preset(made, tmp_path):
+def test_evaluate_takes_a_plain_safetensors_file_with_preset(made, servers, tmp_path):
     """A safetensors file written by another program (no tapegrad checksum) is evaluated with
     --preset, as evaluate's help says, after a one-line note that it is read unverified."""
     argv = ["evaluate", str(made["root"] / "plain.safetensors"), "--preset", "mlp"]
-    code, out, err, _ = _run(argv, tmp_path)
+    code, out, err, _ = _run_on(servers, argv, tmp_path)
     assert code == 0, err
     assert err.count("\n") == 1 and "no tapegrad checksum" in err and "unverified" in err
     assert out.startswith("mlp on mnist test set (10000 samples): loss ")
