@@ -421,7 +421,7 @@ PRESETS: dict[str, Preset] = {
             "cores, so the per-epoch validation loss is a learning curve and the bench can time "
             "several steady epochs. Reported: train loss and validation loss (mean "
             "cross-entropy in nats per character over 512 fixed windows of the test reviews); "
-            "no accuracy. Final figures not yet measured.",
+            "no accuracy. After 5 epochs: validation loss 1.847 [1.839-1.857] over seeds 0-2.",
             ("imdb-chars",),
             _char_lm,
             "language-model",
@@ -440,7 +440,8 @@ PRESETS: dict[str, Preset] = {
             "second and third stages downsample by stride 2 with 1x1 strided projection "
             "shortcuts), AdaptiveAvgPool2d(1), Linear 64->10. SGD lr 0.05 with momentum 0.9 "
             "and weight decay 5e-4 (the usual ResNet recipe, no schedule), batch 100, 3 "
-            "epochs. Test accuracy not yet measured.",
+            "epochs. Test accuracy after 3 epochs: 98.57% [98.41-98.69] over seeds 0-2 (the "
+            "99% aimed at is not met with this recipe).",
             ("mnist", "fashion-mnist"),
             _resnet,
             "multiclass",
