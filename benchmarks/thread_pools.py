@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 CHILD = r"""
-import sys, time, json
+import json, statistics, sys, time
 sys.path.insert(0, sys.argv[3])
 from tapegrad.train.experiment import setup
 from tapegrad.train.trainer import Trainer
@@ -48,7 +48,7 @@ for i in range(int(sys.argv[2])):
     ts.append(time.perf_counter() - t0)
 busy = (time.process_time() - c0) / (time.perf_counter() - w0)
 print(json.dumps({"median": statistics.median(ts), "busy": busy}))
-""".replace("import sys, time, json", "import sys, time, json, statistics")
+"""
 
 CONFIGS = {
     "old": {"OMP_WAIT_POLICY": "", "OPENBLAS_THREAD_TIMEOUT": "28"},
