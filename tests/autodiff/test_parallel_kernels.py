@@ -35,16 +35,16 @@ def test_im2col_col2im_parallel_equal_serial(dtype, geometry):
     ow = (8 + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     shape = (5, kh, kw, 3, oh, ow)
     serial, parallel, ref = (np.full(shape, np.nan, dtype) for _ in range(3))
-    ic._im2col(x, serial, *stride, *padding, *dilation)
-    ic._im2col_parallel(x, parallel, *stride, *padding, *dilation)
+    ic._im2col(5, x, serial, *stride, *padding, *dilation)
+    ic._im2col_parallel(5, x, parallel, *stride, *padding, *dilation)
     ic.im2col_reference(x, ref, stride, padding, dilation)
     assert serial.tobytes() == parallel.tobytes()
     np.testing.assert_array_equal(serial, ref)
 
     g = rng.standard_normal(shape).astype(dtype)
     gs, gp, gr = (np.full(x.shape, np.nan, dtype) for _ in range(3))
-    ic._col2im(g, gs, *stride, *padding, *dilation)
-    ic._col2im_parallel(g, gp, *stride, *padding, *dilation)
+    ic._col2im(5, g, gs, *stride, *padding, *dilation)
+    ic._col2im_parallel(5, g, gp, *stride, *padding, *dilation)
     ic.col2im_reference(g, gr, stride, padding, dilation)
     assert gs.tobytes() == gp.tobytes()
     np.testing.assert_array_equal(gs, gr)
@@ -60,11 +60,11 @@ def test_batch_norm_kernels_parallel_equal_serial(dtype):
 
     def outputs(kind):
         mean, var = np.empty(c, dtype), np.empty(c, dtype)
-        getattr(bn, f"_stats_{kind}")(x, mean, var)
+        getattr(bn, f"_stats_{kind}")(c, x, mean, var)
         y, m2, rstd, v2 = np.empty_like(x), *(np.empty(c, dtype) for _ in range(3))
-        getattr(bn, f"_forward_{kind}")(x, w, b, 1e-5, y, m2, rstd, v2)
+        getattr(bn, f"_forward_{kind}")(c, x, w, b, 1e-5, y, m2, rstd, v2)
         gx, gw, gb = np.empty_like(x), np.empty(c, dtype), np.empty(c, dtype)
-        getattr(bn, f"_backward_{kind}")(g, x, w, m2, rstd, gx, gw, gb)
+        getattr(bn, f"_backward_{kind}")(c, g, x, w, m2, rstd, gx, gw, gb)
         return mean, var, y, m2, rstd, v2, gx, gw, gb
 
     for a, p in zip(outputs("serial"), outputs("parallel"), strict=True):

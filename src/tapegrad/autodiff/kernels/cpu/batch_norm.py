@@ -54,6 +54,7 @@ except ImportError:  # pragma: no cover
 
 if numba is not None:
     from ..jit import cached_jit
+    from .loops import split_loops, threaded
     from .norm import _row_sum, _sq_dev_sum
 
     _opts = dict(boundscheck=False, nogil=True, error_model="numpy")
@@ -71,11 +72,11 @@ if numba is not None:
             q += _sq_dev_sum(x[i, c], m)
         return m, q / count
 
-    @cached_jit(inline="always", **_opts)
+    @cached_jit(**_opts)  # called through split_loops: not inlined
     def _stats_channel(x, mean, var, c):  # pragma: no cover - compiled
         mean[c], var[c] = _moments(x, c)
 
-    @cached_jit(inline="always", **_opts)
+    @cached_jit(**_opts)  # called through split_loops: not inlined
     def _forward_channel(x, w, b, eps, y, mean, rstd, var, c):  # pragma: no cover - compiled
         m, v = _moments(x, c)
         rs = 1.0 / np.sqrt(v + eps)
@@ -86,7 +87,7 @@ if numba is not None:
                 yr[j] = (xr[j] - m) * scale + b[c]
         mean[c], rstd[c], var[c] = m, rs, v
 
-    @cached_jit(inline="always", **_opts)
+    @cached_jit(**_opts)  # called through split_loops: not inlined
     def _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c):  # pragma: no cover - compiled
         count = x.shape[0] * x.shape[2]
         m, rs = np.float64(mean[c]), np.float64(rstd[c])
@@ -117,56 +118,28 @@ if numba is not None:
                 out[j] = scale * (np.float64(gr[j]) - k1 - (xr[j] - m) * rs * k2)
         gw[c], gb[c] = sw, sb
 
-    # one loop over the channels each: serial, and split over numba's threads (the channels are
-    # independent and each is computed whole by one thread, so the bits do not depend on it)
-    @cached_jit(**_opts)
-    def _stats_serial(x, mean, var):  # pragma: no cover - compiled
-        for c in range(x.shape[1]):
-            _stats_channel(x, mean, var, c)
-
-    @cached_jit(parallel=True, **_opts)
-    def _stats_parallel(x, mean, var):  # pragma: no cover - compiled
-        for c in numba.prange(x.shape[1]):
-            _stats_channel(x, mean, var, c)
-
-    @cached_jit(**_opts)
-    def _forward_serial(x, w, b, eps, y, mean, rstd, var):  # pragma: no cover - compiled
-        for c in range(x.shape[1]):
-            _forward_channel(x, w, b, eps, y, mean, rstd, var, c)
-
-    @cached_jit(parallel=True, **_opts)
-    def _forward_parallel(x, w, b, eps, y, mean, rstd, var):  # pragma: no cover - compiled
-        for c in numba.prange(x.shape[1]):
-            _forward_channel(x, w, b, eps, y, mean, rstd, var, c)
-
-    @cached_jit(**_opts)
-    def _backward_serial(g, x, w, mean, rstd, gx, gw, gb):  # pragma: no cover - compiled
-        for c in range(x.shape[1]):
-            _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c)
-
-    @cached_jit(parallel=True, **_opts)
-    def _backward_parallel(g, x, w, mean, rstd, gx, gw, gb):  # pragma: no cover - compiled
-        for c in numba.prange(x.shape[1]):
-            _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c)
+    # each channel whole on one thread (loops.py): the bits do not depend on the split
+    _stats_serial, _stats_parallel = split_loops(_stats_channel, **_opts)
+    _forward_serial, _forward_parallel = split_loops(_forward_channel, **_opts)
+    _backward_serial, _backward_parallel = split_loops(_backward_channel, **_opts)
 
     def _threaded(x) -> bool:
-        # the thread count asked first: the same calls at any size (tests count them)
-        return numba.get_num_threads() > 1 and x.shape[1] > 1 and x.size >= PARALLEL_MIN_SIZE
+        return threaded(x.shape[1], x.size, PARALLEL_MIN_SIZE)
 
     def batch_stats(x, mean, var) -> None:
         """Each channel's mean and biased variance (the forward's statistics)."""
-        (_stats_parallel if _threaded(x) else _stats_serial)(x, mean, var)
+        (_stats_parallel if _threaded(x) else _stats_serial)(x.shape[1], x, mean, var)
 
     def batch_norm_forward(x, w, b, eps, y, mean, rstd, var) -> None:
         """``y``, and each channel's mean, rstd and biased variance (``var``: what
         :func:`batch_stats` gives, for a plan that fuses the two)."""
         run = _forward_parallel if _threaded(x) else _forward_serial
-        run(x, w, b, float(eps), y, mean, rstd, var)
+        run(x.shape[1], x, w, b, float(eps), y, mean, rstd, var)
 
     def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb) -> None:
         """gx (N, C, S), gw, gb (C,) from g, x and the forward's mean, rstd (C,)."""
         run = _backward_parallel if _threaded(x) else _backward_serial
-        run(g, x, w, mean, rstd, gx, gw, gb)
+        run(x.shape[1], g, x, w, mean, rstd, gx, gw, gb)
 
 else:  # pragma: no cover
     batch_stats = batch_stats_reference

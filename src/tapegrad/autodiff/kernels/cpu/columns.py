@@ -70,10 +70,11 @@ except ImportError:  # pragma: no cover
 
 if numba is not None:
     from ..jit import cached_jit
+    from .loops import split_loops, threaded
 
     _opts = dict(boundscheck=False, nogil=True)
 
-    @cached_jit(inline="always", **_opts)
+    @cached_jit(**_opts)  # called through split_loops: not inlined
     def _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c):  # pragma: no cover - compiled
         n_, _, h_, w_ = x.shape
         kh_, kw_, oh_, ow_ = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
@@ -92,7 +93,7 @@ if numba is not None:
                             iw = ow * sw + kw * dw - pw
                             dst[ow] = src[iw] if 0 <= iw < w_ else 0
 
-    @cached_jit(inline="always", **_opts)
+    @cached_jit(**_opts)  # called through split_loops: not inlined
     def _col2im_channel(gcols, gx, sh, sw, ph, pw, dh, dw, c):  # pragma: no cover - compiled
         n_, _, h_, w_ = gx.shape
         kh_, kw_, oh_, ow_ = gcols.shape[1], gcols.shape[2], gcols.shape[4], gcols.shape[5]
@@ -112,41 +113,24 @@ if numba is not None:
                             if 0 <= iw < w_:
                                 dst[iw] += src[ow]
 
-    # each channel is copied (added) whole by one thread: the same bits on any thread count
-    @cached_jit(**_opts)
-    def _im2col(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
-        for c in range(x.shape[1]):
-            _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c)
-
-    @cached_jit(parallel=True, **_opts)
-    def _im2col_parallel(x, cols, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
-        for c in numba.prange(x.shape[1]):
-            _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c)
-
-    @cached_jit(**_opts)
-    def _col2im(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
-        for c in range(gx.shape[1]):
-            _col2im_channel(gcols, gx, sh, sw, ph, pw, dh, dw, c)
-
-    @cached_jit(parallel=True, **_opts)
-    def _col2im_parallel(gcols, gx, sh, sw, ph, pw, dh, dw):  # pragma: no cover - compiled
-        for c in numba.prange(gx.shape[1]):
-            _col2im_channel(gcols, gx, sh, sw, ph, pw, dh, dw, c)
+    # each channel copied (added back) whole by one thread (loops.py): the same bits on any
+    # thread count
+    _im2col, _im2col_parallel = split_loops(_im2col_channel, **_opts)
+    _col2im, _col2im_parallel = split_loops(_col2im_channel, **_opts)
 
     def _threaded(cols) -> bool:
-        # the thread count asked first: the same calls at any size (tests count them)
-        return numba.get_num_threads() > 1 and cols.shape[0] > 1 and cols.size >= PARALLEL_MIN_SIZE
+        return threaded(cols.shape[0], cols.size, PARALLEL_MIN_SIZE)
 
     def im2col(x, cols, stride, padding, dilation) -> None:
         """Fill ``cols`` (C, KH, KW, N, OH, OW) with the windows of ``x`` (N, C, H, W);
         ``padding``: (top, left) zeros (the bottom and right follow from the shapes)."""
         run = _im2col_parallel if _threaded(cols) else _im2col
-        run(x, cols, *stride, *padding, *dilation)
+        run(x.shape[1], x, cols, *stride, *padding, *dilation)
 
     def col2im(gcols, gx, stride, padding, dilation) -> None:
         """``gx`` (N, C, H, W) <- the sum of ``gcols``' entries at the elements they came from."""
         run = _col2im_parallel if _threaded(gcols) else _col2im
-        run(gcols, gx, *stride, *padding, *dilation)
+        run(gx.shape[1], gcols, gx, *stride, *padding, *dilation)
 
 else:  # pragma: no cover
     im2col, col2im = im2col_reference, col2im_reference
