@@ -68,14 +68,10 @@ SET_HERE: dict[str, str] = {}
 
 
 def sleep_idle_threads() -> dict[str, str]:
-    """Set :data:`IDLE_THREADS`' variables that the user has not set and that can still take
-    effect (OpenBLAS's only before NumPy is imported); return those set."""
+    """Set :data:`IDLE_THREADS`' variables that the user has not set; return those set."""
     for var, value in IDLE_THREADS.items():
-        if var in os.environ:
-            continue
-        if var.startswith("OPENBLAS_") and "numpy" in sys.modules:
-            continue
-        os.environ[var] = SET_HERE[var] = value
+        if var not in os.environ:
+            os.environ[var] = SET_HERE[var] = value
     return dict(SET_HERE)
 
 

@@ -24,6 +24,19 @@ def _bits(a) -> bytes:
     return np.ascontiguousarray(a).tobytes()
 
 
+def _replays_match_eager(step, params, draws) -> tg.CompiledFunction:
+    """Compile ``step`` and, for each argument tuple ``draws`` yields, check the compiled call's
+    loss and every parameter's gradient against an eager call's, bit for bit."""
+    f = tg.compile(step)
+    for args in draws:
+        eager_loss = step(*args).data.copy()
+        eager = [p.grad.copy() for p in params]
+        assert _bits(f(*args).data) == _bits(eager_loss)
+        for p, g in zip(params, eager):
+            assert _bits(p.grad) == _bits(g)
+    return f
+
+
 def _mlp():
     return nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
 
@@ -86,16 +99,14 @@ def test_training_plans_fuse_both_ways_and_match_eager(kind, dtype):
         loss.backward()
         return loss
 
-    f = tg.compile(step)
     rng = np.random.default_rng(3)
-    for _ in range(4):
-        (x,) = _inputs(kind, rng, dtype)
-        w = _ties(rng, model(x).shape, dtype)
-        eager_loss = step(x, w).data.copy()
-        eager = [p.grad.copy() for p in params]
-        assert _bits(f(x, w).data) == _bits(eager_loss)
-        for p, g in zip(params, eager):
-            assert _bits(p.grad) == _bits(g)
+
+    def draws():
+        for _ in range(4):
+            (x,) = _inputs(kind, rng, dtype)
+            yield x, _ties(rng, model(x).shape, dtype)
+
+    f = _replays_match_eager(step, params, draws())
     names = _names(f.all_plans[0])
     assert all(n in names for n in FUSED[kind]), names
     assert not {"relu", "greater", "where", "max_pool_backward"} & set(names)
@@ -117,15 +128,8 @@ def test_plans_that_differentiate_twice_run_the_pass_and_match_eager():
         loss.backward()
         return loss
 
-    f = tg.compile(step)
     rng = np.random.default_rng(4)
-    for _ in range(3):
-        (x,) = _inputs("mlp", rng, np.float64)
-        eager_loss = step(x).data.copy()
-        eager = [p.grad.copy() for p in params]
-        assert _bits(f(x).data) == _bits(eager_loss)
-        for p, g in zip(params, eager):
-            assert _bits(p.grad) == _bits(g)
+    _replays_match_eager(step, params, (_inputs("mlp", rng, np.float64) for _ in range(3)))
 
 
 def test_an_intermediate_read_elsewhere_is_not_fused():
@@ -160,15 +164,11 @@ def test_a_channels_last_convolutions_two_gradients_fuse_and_match_eager():
         loss.backward()
         return loss
 
-    f = tg.compile(step)
     rng = np.random.default_rng(6)
-    for _ in range(4):
-        ids = rng.integers(0, 40, (5, 18))
-        w = rng.standard_normal((5, 4, 4)).astype(np.float32)
-        eager_loss = step(ids, w).data.copy()
-        eager = [p.grad.copy() for p in params]
-        assert _bits(f(ids, w).data) == _bits(eager_loss)
-        for p, g in zip(params, eager):
-            assert _bits(p.grad) == _bits(g)
+    draws = (
+        (rng.integers(0, 40, (5, 18)), rng.standard_normal((5, 4, 4)).astype(np.float32))
+        for _ in range(4)
+    )
+    f = _replays_match_eager(step, params, draws)
     names = _names(f.all_plans[0])
     assert "conv_grads" in names and "conv_weight" not in names
