@@ -122,6 +122,26 @@ def threads_setter() -> tuple[Callable[[int], None], Callable[[], int]] | None:
     return setter, getter
 
 
+def gemm_symbols() -> dict[str, int] | None:
+    """Addresses of NumPy's OpenBLAS ``cblas_sgemm`` and ``cblas_dgemm`` in their 64-bit-integer
+    (ILP64) builds, keyed by dtype name (compiled kernels call them: ``kernels/cpu/gemm.py``);
+    None where NumPy's BLAS is not such an OpenBLAS (a 32-bit-integer build, MKL)."""
+    import numpy  # noqa: F401  (loads OpenBLAS)
+
+    found = _openblas()
+    if found is None or not found[1].endswith("64_"):
+        return None
+    lib, pattern = found
+    prefix = pattern[: -len("openblas_{}64_")]  # "scipy_" in NumPy's wheels, else ""
+    out = {}
+    for dtype, name in (("float32", "sgemm"), ("float64", "dgemm")):
+        fn = getattr(lib, f"{prefix}cblas_{name}64_", None)
+        if fn is None:
+            return None
+        out[dtype] = ctypes.cast(fn, ctypes.c_void_p).value
+    return out
+
+
 def core() -> str | None:
     """The kernels OpenBLAS runs here (``Haswell``, ``SkylakeX``, ...), None if unknown."""
     import numpy  # noqa: F401  (loads OpenBLAS)

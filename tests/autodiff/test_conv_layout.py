@@ -1,11 +1,13 @@
-"""Convolution's two column layouts (per sample, whole batch) give the same values, the rule
-picks per shape, and a convolution's gradient is its adjoint primitives in every mode."""
+"""Convolution's column layouts (per sample, whole batch, image by image in the compiled
+kernels) give the same values, the rules pick per shape, and a convolution's gradient is its
+adjoint primitives in every mode."""
 
 import numpy as np
 import pytest
 import torch
 
 import tapegrad as tg
+from tapegrad.autodiff.kernels.cpu import gemm
 from tapegrad.autodiff.primitives import conv, conv_layout
 
 # (x shape, weight shape, stride, padding pairs, dilation, groups): 16 input channels per group
@@ -16,8 +18,10 @@ WIDE = [
 ]
 
 
-def _grads(xs, ws, stride, padding, dilation, groups, batch, monkeypatch):
-    monkeypatch.setattr(conv_layout, "whole_batch", lambda *a: batch)
+def _grads(xs, ws, stride, padding, dilation, groups, layout, monkeypatch):
+    monkeypatch.setattr(conv_layout, "whole_batch", lambda *a: layout == "batch")
+    if layout != "image":  # else the rule's own choice
+        monkeypatch.setattr(conv_layout, "by_image", lambda *a: False)
     rng = np.random.default_rng(0)
     x = tg.tensor(rng.standard_normal(xs), requires_grad=True)
     w = tg.tensor(rng.standard_normal(ws), requires_grad=True)
@@ -28,11 +32,15 @@ def _grads(xs, ws, stride, padding, dilation, groups, batch, monkeypatch):
 
 
 @pytest.mark.parametrize("case", WIDE)
-def test_whole_batch_layout_equals_per_sample_and_the_reference(case, monkeypatch):
-    sample = _grads(*case, False, monkeypatch)
-    batch = _grads(*case, True, monkeypatch)
+def test_the_layouts_equal_per_sample_and_the_reference(case, monkeypatch):
+    sample = _grads(*case, "sample", monkeypatch)
+    batch = _grads(*case, "batch", monkeypatch)
     for a, b in zip(sample, batch):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    xs, ws, *_, groups = case
+    if conv_layout.by_image(np.zeros(xs), np.zeros(ws), groups):
+        for a, b in zip(sample, _grads(*case, "image", monkeypatch)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     xs, ws, stride, padding, dilation, groups = case
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal(xs), rng.standard_normal(ws)
@@ -47,6 +55,10 @@ def test_the_rule_picks_per_shape():
     assert not conv_layout.whole_batch(x1, 1, 2)  # seed-cnn's and the ResNet stem's input
     assert conv_layout.whole_batch(x16, 16, 2)
     assert not conv_layout.whole_batch(x16, 8, 2)  # 16 channels in two groups of 8
+    w1, w16 = np.zeros((4, 1, 3, 3), np.float32), np.zeros((4, 16, 3, 3), np.float32)
+    assert conv_layout.by_image(x16, w16, 1) == gemm.AVAILABLE  # NumPy's OpenBLAS called
+    assert not conv_layout.by_image(x1, w1, 1)
+    assert not conv_layout.by_image(x16, w16[:, :8], 2)
 
 
 @pytest.mark.parametrize("channels", [1, 16])

@@ -23,6 +23,9 @@ from .cpu.batch_norm import (
     batch_stats_reference as batch_stats,
 )
 from .cpu.bias import add_taps_reference as add_taps
+from .cpu.by_image import conv_image_forward_reference as conv_image_forward
+from .cpu.by_image import conv_image_input_reference as conv_image_input
+from .cpu.by_image import conv_image_weight_reference as conv_image_weight
 
 __all__ = [
     "add_taps",
@@ -30,6 +33,10 @@ __all__ = [
     "batch_norm_forward",
     "batch_stats",
     "conv_backward",
+    "conv_by_image",
+    "conv_image_forward",
+    "conv_image_input",
+    "conv_image_weight",
     "col2im",
     "direct_layout_ok",
     "im2col",
@@ -98,6 +105,12 @@ def conv_backward(g, x, w, gw, gb, gx, scratch=None) -> None:
                 gw4[:, :, a, b] = np.einsum("noij,ncij->oc", g4, window)
             if gx4 is not None:
                 gx4[:, :, a : a + oh, b : b + ow] += np.einsum("noij,oc->ncij", g4, w4[:, :, a, b])
+
+
+def conv_by_image(dtype, channels_per_group: int, groups: int, ndim: int) -> bool:
+    """No image-by-image convolutions here (their kernels call the CPU's BLAS from numba's
+    threads); ``conv_image_*`` are the whole-batch array operations, for a direct call."""
+    return False
 
 
 def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:

@@ -84,7 +84,8 @@ def _channel_bias(r3, b) -> None:
 def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None):
     """(out, *saved): saved is the padded input (1-d, stride 1, padded), the im2col columns
     in the layout ``whole_batch`` picks for the shape otherwise, or nothing (1-d, stride 1,
-    unpadded: x itself). ``conv_weight`` reads them back."""
+    unpadded: x itself; or convolved image by image, ``L.by_image``, whose columns never
+    outlive their image). ``conv_weight`` reads them back."""
     res, saved = (None, None) if out is None else (out[0], out[1] if len(out) > 1 else None)
     n, o = x.shape[0], w.shape[0]
     if _shifted(x, stride, dilation, groups) and _rows(x, padding):
@@ -113,12 +114,19 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
             out_size(s, k, st, lo, hi, d)
             for s, k, st, (lo, hi), d in zip(x.shape[2:], ksize, stride, padding, dilation)
         )
+        if res is None:
+            res = xp_of(x).empty((n, o) + out_shape, x.dtype)
+        if L.by_image(x, w, groups) and res.flags.c_contiguous:
+            kernels_for(x).conv_image_forward(
+                x, w, res, stride, L.tops(padding), dilation, _kernel_scratch(ws, x)
+            )
+            if bias:
+                _channel_bias(res.reshape(n, o, -1), bias[0])
+            return (res,)
         batch = L.whole_batch(x, w.shape[1], len(ksize))
         if saved is None:
             saved = xp_of(x).empty(L.cols_shape(batch, x.shape, ksize, out_shape), x.dtype)
         cols = L.fill_cols(batch, x, ksize, stride, padding, dilation, out_shape, saved, ws)
-        if res is None:
-            res = xp_of(x).empty((n, o) + out_shape, x.dtype)
         L.forward_product(batch, w, cols, res, groups, ws)
         kept = (cols,)
     if bias:
@@ -279,6 +287,10 @@ def _conv_transpose_fwd(
             add_into(target[:, :, k : k + length], np.matmul(wk[k].T, y, out=tmp))
         if target is not res:
             np.copyto(res, target[L.interior(padding, shape)])
+    elif L.by_image(y, w, groups) and res.flags.c_contiguous:
+        kernels_for(y).conv_image_input(
+            y, w, res, stride, L.tops(padding), dilation, _kernel_scratch(ws, y)
+        )
     else:
         batch = L.whole_batch(y, w.shape[1], len(size))
         L.input_product(batch, y, w, res, stride, padding, dilation, groups, ws)
@@ -353,6 +365,11 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
                 axis=0,
                 out=gw[:, :, k],
             )
+        return gw
+    if L.by_image(x, gw, groups) and gw.flags.c_contiguous:
+        kernels_for(g).conv_image_weight(
+            x, g, gw, stride, L.tops(padding), dilation, _kernel_scratch(ws, g)
+        )
         return gw
     batch = L.whole_batch(x, x.shape[1] // groups, len(ksize))
     if saved:

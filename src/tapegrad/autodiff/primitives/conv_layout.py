@@ -27,6 +27,19 @@ from ..kernels.dispatch import kernels_for
 from .registry import scratch
 
 
+def by_image(a, w, groups: int) -> bool:
+    """Whether a convolution with weight ``w`` (O, C/G, *K) over ``a``'s device runs image by
+    image in the device's compiled kernels (``conv_image_*``, ``kernels/cpu/by_image.py``: on
+    the CPU 2-d, ungrouped, float, from 16 input channels), instead of the two layouts here."""
+    return kernels_for(a).conv_by_image(a.dtype, w.shape[1], groups, w.ndim - 2)
+
+
+def tops(padding: tuple) -> tuple:
+    """The leading padding of each spatial axis (the compiled kernels' convention: the
+    trailing padding follows from the shapes)."""
+    return tuple(lo for lo, _ in padding)
+
+
 def whole_batch(a, channels_per_group: int, ndim: int) -> bool:
     """Whether the columns of a conv over ``a``'s device with this many input channels per
     group take the whole-batch layout: where the device's namespace says its im2col kernels

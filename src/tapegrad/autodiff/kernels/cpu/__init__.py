@@ -10,6 +10,7 @@ is not importable; the functions exported here take the namespace's arguments.
 
 from .batch_norm import batch_norm_backward, batch_norm_forward, batch_stats
 from .bias import add_channel_bias, add_into, add_taps
+from .by_image import conv_by_image, conv_image_forward, conv_image_input, conv_image_weight
 from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
 from .fused import (
@@ -49,6 +50,10 @@ __all__ = [
     "bias_relu_forward",
     "col2im",
     "conv_backward",
+    "conv_by_image",
+    "conv_image_forward",
+    "conv_image_input",
+    "conv_image_weight",
     "direct_layout_ok",
     "erf",
     "gelu_backward",

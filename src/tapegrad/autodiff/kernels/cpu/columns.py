@@ -18,7 +18,7 @@ regions used to wait for a core its idle workers kept busy (~8 ms each on this 2
 
 from __future__ import annotations
 
-import numpy as np
+from ...backend import xp_of
 
 # from how many column entries the channels are split over numba's threads
 PARALLEL_MIN_SIZE = 1 << 16
@@ -43,7 +43,9 @@ def im2col_reference(x, cols, stride, padding, dilation) -> None:
     n, c, h, w = x.shape
     _, kh, kw, _, oh, ow = cols.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    xp = np.zeros((n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), x.dtype)
+    xp = xp_of(x).zeros(
+        (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), x.dtype
+    )
     xp[:, :, ph : ph + h, pw : pw + w] = x
     for i in range(kh):
         for j in range(kw):
@@ -55,7 +57,9 @@ def col2im_reference(gcols, gx, stride, padding, dilation) -> None:
     n, c, h, w = gx.shape
     _, kh, kw, _, oh, ow = gcols.shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    gp = np.zeros((n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), gx.dtype)
+    gp = xp_of(gx).zeros(
+        (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), gx.dtype
+    )
     for i in range(kh):
         for j in range(kw):
             view = gp[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]

@@ -30,6 +30,24 @@ def split_loops(body, **opts):
     return serial, parallel
 
 
+def thread_loops(body, **opts):
+    """(serial, parallel) loops like :func:`split_loops`'s, ``body(t, *args, i)`` also given
+    the number ``t`` of the thread that runs it (0 in the serial loop, below
+    ``numba.get_num_threads()`` in the parallel one): the index of its own scratch buffers."""
+
+    @cached_jit(**opts)
+    def serial(n, *args):  # pragma: no cover - compiled
+        for i in range(n):
+            body(0, *args, i)
+
+    @cached_jit(parallel=True, **opts)
+    def parallel(n, *args):  # pragma: no cover - compiled
+        for i in numba.prange(n):
+            body(numba.get_thread_id(), *args, i)
+
+    return serial, parallel
+
+
 def threaded(slices: int, size: int, min_size: int) -> bool:
     """Whether ``slices`` slices of ``size`` entries in all are worth numba's threads (the thread
     count asked first: the same calls at any size, which tests count)."""
