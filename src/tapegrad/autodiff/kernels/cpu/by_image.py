@@ -1,20 +1,29 @@
-"""2-d convolutions image by image: each of numba's threads takes whole images and, for each,
-copies its windows into columns the size of one image (which stay in the core's cache) and
-multiplies them with one single-threaded BLAS call (``gemm.py``).
+"""2-d convolutions image by image: each of numba's threads takes whole images and multiplies
+each with single-threaded BLAS calls made from the kernel (``gemm.py``), one thread pool for
+the copies and the products.
 
-The whole-batch layout (``columns.py``) writes every image's columns, nine times the input for
-a 3x3 kernel (45 MB for a batch of 100 MNIST-sized 16-channel images), then multiplies them in
-one GEMM with 16 rows that OpenBLAS's two threads run at ~85 GFLOP/s on this machine; image by
-image the columns never leave the cache, no output or gradient is transposed, and one thread
-pool does the copying and the products (forward 6.3 -> 3.6 ms on that shape, two threads).
+* Stride 1: the image is copied once into a zero-padded buffer (C, HP, WP) and its output
+  rows are computed at the buffer's width (the entries past OW, which wrap into the next row,
+  are dropped). For each kernel tap (kh, kw) the windows' values are then the buffer itself,
+  shifted by kh*WP + kw: a (C, OH*WP) matrix whose rows are one plane apart, which BLAS reads
+  in place. The forward is one product per tap, W[:, :, kh, kw] @ shifted (accumulated); the
+  input's gradient one per tap added into a zeroed buffer at the shift; the weight's gradient
+  one per tap, shifted @ g^T. No columns are written (im2col's copy is nine times the input),
+  and the nine products with K = C ran faster than one with K = 9C on the columns (16
+  channels at 28x28: 42 against 50 us an image, plus the copy).
+* Other strides: the image's columns (C*KH*KW, OH*OW) are copied into a buffer the size of one
+  image, kept in the core's cache, and multiplied in one product.
+
+Both where an entry past OW would meet an inf or NaN (the weight's gradient over an image that
+holds one, the input's over a weight that does: 0 * inf is NaN) use the columns, whose entries
+past OW are set to zero, so the results are the references' there too.
 
 * ``conv_image_forward(x, w, res, stride, padding, dilation, scratch)``: ``res`` (N, O, OH, OW)
   <- the convolution of x (N, C, H, W) with w (O, C, KH, KW);
 * ``conv_image_input(g, w, gx, ...)``: ``gx`` (N, C, H, W) <- its adjoint in x for the output
-  gradient g (W^T g per image, then its columns added back where they were read: col2im);
-* ``conv_image_weight(x, g, gw, ...)``: ``gw`` (O, C, KH, KW) <- the sum over images of
-  g[n] cols[n]^T (computed as its transpose), the images in fixed chunks whose partial sums
-  are added in chunk order.
+  gradient g;
+* ``conv_image_weight(x, g, gw, ...)``: ``gw`` (O, C, KH, KW) <- the sum over images of the
+  weight's gradient, the images in fixed chunks whose partial sums are added in chunk order.
 
 ``padding`` is (top, left); the bottom and right follow from the shapes. Every image's result
 is computed by one thread whatever the thread count, and the weight gradient's chunks depend on
@@ -36,9 +45,6 @@ from .columns import col2im_reference, im2col_reference
 PARALLEL_MIN_SIZE = 1 << 16
 # the weight gradient's images are summed in at most this many chunks (fixed per batch size)
 WEIGHT_CHUNKS = 16
-# small images are taken a few at a time, their columns side by side, so that each product is
-# at least this many columns wide (one 7x7 image's 63 columns: 74 -> 96 GFLOP/s at 504)
-MIN_PRODUCT_COLUMNS = 512
 # from how many input channels the convolutions of a shape run image by image (as the
 # whole-batch layout did; with fewer, seed-cnn's and the ResNet stem's single channel, the
 # per-sample products of ``primitives/conv_layout.py`` serve)
@@ -107,40 +113,42 @@ if numba is not None and _gemm.AVAILABLE:
     @cached_jit(inline="always", **_opts)
     def _fill_padded(x, n, xp, ph, pw, rows):  # pragma: no cover - compiled
         """The first ``rows`` rows of xp (C, HP, WP), whose border stays zero, <- image n of x
-        at offset (ph, pw) (what falls past them no window reads)."""
+        at offset (ph, pw) (what falls past them no window reads); whether it is all finite."""
         hh = min(x.shape[2], rows - ph)
         ww = min(x.shape[3], xp.shape[2] - pw)
+        probe = 0.0  # x * 0 is 0 for every finite x, NaN for inf and NaN
         for c in range(x.shape[1]):
             for i in range(hh):
                 src = x[n, c, i]
                 dst = xp[c, ph + i, pw : pw + ww]
                 for j in range(ww):
                     dst[j] = src[j]
+                    probe += src[j] * 0
+        return probe == 0
 
     @cached_jit(inline="always", **_opts)
     def _columns(
-        xp, cols, base, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch, clear
+        xp, cols, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch, tap_major
     ):  # pragma: no cover
-        """cols[:, base : base + OH*pitch] <- the windows of the padded image xp (im2col). At
-        stride 1 the pitch is xp's width and each row one run of xp shifted by its offset; the
-        entries past OW of each output row, which no output keeps, are set to zero if
-        ``clear`` (the weight's gradient: they would meet zeros there, and an inf would make
-        NaN), else left holding whatever the run read."""
-        wp = xp.shape[2]
+        """cols (C*KH*KW, OH*pitch) <- the windows of the padded image xp (im2col), a row per
+        (channel, tap), channel-major or (``tap_major``) tap-major. At stride 1 the pitch is
+        xp's width and each row one run of xp from the tap's shift, its entries past OW set
+        to zero (the products there meet zeros); else the pitch is OW."""
+        c_, wp = xp.shape[0], xp.shape[2]
         wide = sh == 1 and sw == 1
         size = oh_ * pitch
-        for c in range(xp.shape[0]):
+        for c in range(c_):
             plane = xp[c].ravel()
             for kh in range(kh_):
                 for kw in range(kw_):
-                    row = cols[(c * kh_ + kh) * kw_ + kw, base : base + size]
+                    r = (kh * kw_ + kw) * c_ + c if tap_major else (c * kh_ + kh) * kw_ + kw
+                    row = cols[r, :size]
                     if wide:
                         start = kh * dh * wp + kw * dw
                         src = plane[start : start + size]
                         for q in range(size):
                             row[q] = src[q]
-                        if clear:
-                            _clear_past_width(row, oh_, ow_, pitch)
+                        _clear_past_width(row, oh_, ow_, pitch)
                         continue
                     for i in range(oh_):
                         start = (i * sh + kh * dh) * wp + kw * dw
@@ -158,12 +166,10 @@ if numba is not None and _gemm.AVAILABLE:
                 row[q] = 0
 
     @cached_jit(inline="always", **_opts)
-    def _add_columns(
-        gcols, base, gxp, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch
-    ):  # pragma: no cover
-        """gxp (C, HP, WP) += every entry of gcols[:, base : base + OH*pitch] at the element it
-        was read from (col2im), kernel offsets in order (kh, kw) for every element (at stride
-        1 the entries past OW are zero: they add nothing)."""
+    def _add_columns(gcols, gxp, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch):  # pragma: no cover
+        """gxp (C, HP, WP) += every entry of the channel-major gcols (C*KH*KW, OH*pitch) at
+        the element it was read from (col2im), kernel offsets in order (kh, kw) for every
+        element (at stride 1 the entries past OW are zero: they add nothing)."""
         wp = gxp.shape[2]
         wide = sh == 1 and sw == 1
         size = oh_ * pitch
@@ -171,7 +177,7 @@ if numba is not None and _gemm.AVAILABLE:
             plane = gxp[c].ravel()
             for kh in range(kh_):
                 for kw in range(kw_):
-                    row = gcols[(c * kh_ + kh) * kw_ + kw, base : base + size]
+                    row = gcols[(c * kh_ + kh) * kw_ + kw, :size]
                     if wide:
                         start = kh * dh * wp + kw * dw
                         dst = plane[start : start + size]
@@ -186,169 +192,172 @@ if numba is not None and _gemm.AVAILABLE:
                             dst[j] += src[j]
 
     @cached_jit(inline="always", **_opts)
-    def _spread(g, n, rows, base, pitch):  # pragma: no cover - compiled
-        """rows[:, base : base + OH*pitch] <- image n of g (N, O, OH, OW), each output row at
-        its pitch (the entries past OW are left as they are: zero)."""
+    def _spread(g, n, rows, pitch):  # pragma: no cover - compiled
+        """rows (O, OH*pitch) <- image n of g (N, O, OH, OW), each output row at its pitch
+        (the entries past OW are left as they are: zero)."""
         oh_, ow_ = g.shape[2], g.shape[3]
         for o in range(g.shape[1]):
             for i in range(oh_):
                 src = g[n, o, i]
-                dst = rows[o, base + i * pitch : base + i * pitch + ow_]
+                dst = rows[o, i * pitch : i * pitch + ow_]
                 for j in range(ow_):
                     dst[j] = src[j]
 
     @cached_jit(inline="always", **_opts)
-    def _gather(rows, base, pitch, res, n):  # pragma: no cover - compiled
-        """Image n of res (N, O, OH, OW) <- rows[:, base : base + OH*pitch] (``_spread``'s
-        inverse: the entries past OW dropped)."""
+    def _gather(rows, pitch, res, n):  # pragma: no cover - compiled
+        """Image n of res (N, O, OH, OW) <- rows (O, OH*pitch) (the entries past OW dropped)."""
         oh_, ow_ = res.shape[2], res.shape[3]
         for o in range(res.shape[1]):
             for i in range(oh_):
                 dst = res[n, o, i]
-                src = rows[o, base + i * pitch : base + i * pitch + ow_]
+                src = rows[o, i * pitch : i * pitch + ow_]
                 for j in range(ow_):
                     dst[j] = src[j]
 
     @cached_jit(inline="always", **_opts)
-    def _direct(rows, pitch, ow_):  # pragma: no cover - compiled
-        """Whether one image's output rows are the array's own (one image per group, no
-        entries past OW): products then read and write them in place."""
-        return rows.shape[2] == 1 and pitch == ow_
+    def _shift(t, kw_, dh, dw, wp):  # pragma: no cover - compiled
+        return (t // kw_) * dh * wp + (t % kw_) * dw
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _forward_group(
-        t, x, w2, res, xps, colss, zs, group, kh_, kw_, sh, sw, ph, pw, dh, dw, j
+    def _forward_image(
+        t, x, wc, wt, res, xps, colss, zs, kh_, kw_, sh, sw, ph, pw, dh, dw, n
     ):  # pragma: no cover
-        xp, cols, z = xps[t], colss[t], zs[t]
+        xp = xps[t]
+        wide = sh == 1 and sw == 1
+        _fill_padded(x, n, xp, ph, pw, xp.shape[1] - wide)
+        o, c = wt.shape[1], wt.shape[2]
         oh_, ow_ = res.shape[2], res.shape[3]
-        pitch = cols.shape[1] // (group * oh_)
-        size = oh_ * pitch
-        first = j * group
-        last = min(x.shape[0], first + group)
-        for n in range(first, last):
-            _fill_padded(x, n, xp, ph, pw, xp.shape[1] - (sh == 1 and sw == 1))
-            _columns(xp, cols, (n - first) * size, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch, False)
-        o, ck, ld = w2.shape[0], w2.shape[1], cols.shape[1]
-        if _direct(zs, pitch, ow_):
-            gemm(NO_TRANS, NO_TRANS, o, size, ck, 1.0, w2, ck, cols, ld, 0.0, res[first], size)
+        if wide:
+            wp = xp.shape[2]
+            plane, size = xp.shape[1] * wp, oh_ * wp
+            flat, z = xp.reshape(c, plane), zs[t]
+            for k in range(kh_ * kw_):
+                shifted = flat[0, _shift(k, kw_, dh, dw, wp) :]  # rows one plane apart
+                beta = 0.0 if k == 0 else 1.0
+                gemm(NO_TRANS, NO_TRANS, o, size, c, 1.0, wt[k], c, shifted, plane, beta, z, size)
+            _gather(z, wp, res, n)
             return
-        gemm(NO_TRANS, NO_TRANS, o, (last - first) * size, ck, 1.0, w2, ck, cols, ld, 0.0, z, ld)
-        for n in range(first, last):
-            _gather(z, (n - first) * size, pitch, res, n)
+        cols = colss[t]
+        _columns(xp, cols, kh_, kw_, sh, sw, dh, dw, oh_, ow_, ow_, False)
+        ck, p = wc.shape[1], oh_ * ow_
+        gemm(NO_TRANS, NO_TRANS, o, p, ck, 1.0, wc, ck, cols, p, 0.0, res[n], p)
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _input_group(
-        t, g, w2, gx, gxps, gcolss, gps, group, kh_, kw_, sh, sw, ph, pw, dh, dw, j
+    def _input_image(
+        t, g, wc, wt, taps, gx, gxps, gcolss, gps, kh_, kw_, sh, sw, ph, pw, dh, dw, n
     ):  # pragma: no cover
-        gxp, gcols, gp = gxps[t], gcolss[t], gps[t]
+        gxp = gxps[t]
+        wide = sh == 1 and sw == 1
+        o, c, ck = wt.shape[1], wt.shape[2], wc.shape[1]
         oh_, ow_ = g.shape[2], g.shape[3]
-        o, ck, ld = w2.shape[0], w2.shape[1], gcols.shape[1]
-        pitch = ld // (group * oh_)
-        size = oh_ * pitch
-        first = j * group
-        last = min(g.shape[0], first + group)
-        if _direct(gps, pitch, ow_):
-            gemm(TRANS, NO_TRANS, ck, size, o, 1.0, w2, ck, g[first], size, 0.0, gcols, ld)
-        else:
-            for n in range(first, last):
-                _spread(g, n, gp, (n - first) * size, pitch)
-            gemm(TRANS, NO_TRANS, ck, (last - first) * size, o, 1.0, w2, ck, gp, ld, 0.0, gcols, ld)
-        h_, w_ = gx.shape[2], gx.shape[3]
-        for n in range(first, last):
-            gxp[...] = 0
-            base = (n - first) * size
-            if pitch != ow_:  # zero unless w holds inf or NaN
+        wp = gxp.shape[2]
+        gxp[...] = 0
+        if wide:
+            gp = gps[t]
+            _spread(g, n, gp, wp)
+            size = oh_ * wp
+            if taps:  # the weight is finite: the rows past OW stay zero in every product
+                plane = gxp.shape[1] * wp
+                flat = gxp.reshape(c, plane)
+                for k in range(kh_ * kw_):
+                    shifted = flat[0, _shift(k, kw_, dh, dw, wp) :]
+                    gemm(TRANS, NO_TRANS, c, size, o, 1.0, wt[k], c, gp, size, 1.0, shifted, plane)
+            else:
+                gcols = gcolss[t]
+                gemm(TRANS, NO_TRANS, ck, size, o, 1.0, wc, ck, gp, size, 0.0, gcols, size)
                 for r in range(ck):
-                    _clear_past_width(gcols[r, base : base + size], oh_, ow_, pitch)
-            _add_columns(gcols, base, gxp, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch)
-            for c in range(gx.shape[1]):
-                for i in range(h_):
-                    dst = gx[n, c, i]
-                    inside = max(0, min(w_, gxp.shape[2] - pw))  # columns past it: 0
-                    if ph + i >= gxp.shape[1] - (sh == 1 and sw == 1):  # a row no window reads
-                        inside = 0
-                    else:
-                        src = gxp[c, ph + i, pw : pw + inside]
-                        for q in range(inside):
-                            dst[q] = src[q]
-                    for q in range(inside, w_):
-                        dst[q] = 0
+                    _clear_past_width(gcols[r], oh_, ow_, wp)
+                _add_columns(gcols, gxp, kh_, kw_, sh, sw, dh, dw, oh_, ow_, wp)
+        else:
+            gcols, p = gcolss[t], oh_ * ow_
+            gemm(TRANS, NO_TRANS, ck, p, o, 1.0, wc, ck, g[n], p, 0.0, gcols, p)
+            _add_columns(gcols, gxp, kh_, kw_, sh, sw, dh, dw, oh_, ow_, ow_)
+        h_, w_ = gx.shape[2], gx.shape[3]
+        for ch in range(gx.shape[1]):
+            for i in range(h_):
+                dst = gx[n, ch, i]
+                inside = max(0, min(w_, wp - pw))  # columns past the last window: 0
+                if ph + i >= gxp.shape[1] - wide:  # a row no window reads
+                    inside = 0
+                else:
+                    src = gxp[ch, ph + i, pw : pw + inside]
+                    for q in range(inside):
+                        dst[q] = src[q]
+                for q in range(inside, w_):
+                    dst[q] = 0
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _weight_chunk(
-        t, x, g, parts, xps, colss, gps, group, per_chunk, kh_, kw_, sh, sw, ph, pw, dh, dw, k
+        t, x, g, parts, xps, colss, gps, size, kh_, kw_, sh, sw, ph, pw, dh, dw, k
     ):  # pragma: no cover
+        """parts[k] (KH*KW*C, O), tap-major <- the chunk's images' sum of their gradients."""
         xp, cols, gp = xps[t], colss[t], gps[t]
+        wide = sh == 1 and sw == 1
+        c, o, ck = x.shape[1], g.shape[1], parts.shape[1]
         oh_, ow_ = g.shape[2], g.shape[3]
-        o, ck, ld = g.shape[1], cols.shape[0], cols.shape[1]
-        pitch = ld // (group * oh_)
-        size = oh_ * pitch
-        for j in range(k * per_chunk, (k + 1) * per_chunk):
-            first = j * group
-            last = min(x.shape[0], first + group)
-            if first >= last:
-                break
-            for n in range(first, last):
-                _fill_padded(x, n, xp, ph, pw, xp.shape[1] - (sh == 1 and sw == 1))
-                _columns(
-                    xp, cols, (n - first) * size, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch, True
-                )
-            beta = 0.0 if j == k * per_chunk else 1.0
-            width = (last - first) * size
-            # as its transpose cols @ g^T (CK, O): 1.2-1.8x the rate of g @ cols^T (16-64 rows)
-            if _direct(gps, pitch, ow_):
-                gemm(NO_TRANS, TRANS, ck, o, size, 1.0, cols, ld, g[first], size, beta, parts[k], o)
+        wp = xp.shape[2]
+        pitch = wp if wide else ow_
+        width = oh_ * pitch
+        first = k * size
+        for n in range(first, min(x.shape[0], first + size)):
+            finite = _fill_padded(x, n, xp, ph, pw, xp.shape[1] - wide)
+            beta = 0.0 if n == first else 1.0
+            if wide:
+                _spread(g, n, gp, wp)
+                rows = gp
+            else:  # the output rows are g's own
+                rows = g[n].reshape(o, width)
+            if wide and finite:  # shifted @ rows^T per tap: (C, O) blocks of parts[k]
+                plane = xp.shape[1] * wp
+                flat = xp.reshape(c, plane)
+                for j in range(kh_ * kw_):
+                    shifted = flat[0, _shift(j, kw_, dh, dw, wp) :]
+                    out = parts[k, j * c :]
+                    gemm(
+                        NO_TRANS, TRANS, c, o, width, 1.0, shifted, plane, rows, width, beta, out, o
+                    )
                 continue
-            for n in range(first, last):
-                _spread(g, n, gp, (n - first) * size, pitch)
-            gemm(NO_TRANS, TRANS, ck, o, width, 1.0, cols, ld, gp, ld, beta, parts[k], o)
+            # the columns, tap-major (entries past OW zero), as cols @ rows^T: 1.2-1.8x the
+            # rate of rows @ cols^T with 16-64 output channels
+            _columns(xp, cols, kh_, kw_, sh, sw, dh, dw, oh_, ow_, pitch, True)
+            gemm(NO_TRANS, TRANS, ck, o, width, 1.0, cols, width, rows, width, beta, parts[k], o)
 
-    _forward, _forward_parallel = thread_loops(_forward_group, **_opts)
-    _input, _input_parallel = thread_loops(_input_group, **_opts)
+    _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
+    _input, _input_parallel = thread_loops(_input_image, **_opts)
     _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)
 
     class _Layout:
-        """How one call splits its images: groups of ``group`` images (enough that a product
-        is ``MIN_PRODUCT_COLUMNS`` wide), each group's columns (C*KH*KW, group*OH*pitch) side
-        by side, and per thread the padded image (C, HP, WP) they are copied from. At stride 1
-        the pitch is WP (HP has one zero row more, which the last run of columns reads into);
-        else OW."""
+        """The per-thread buffers of one call: the padded image (C, HP, WP), and the columns
+        (C*KH*KW, OH*pitch) or the output rows (O, OH*pitch) at the pitch (WP at stride 1, where
+        HP has one zero row more, which the last tap's run reads into; else OW)."""
 
-        def __init__(self, c, ksize, out_shape, stride, dilation, images):
+        def __init__(self, c, ksize, out_shape, stride, dilation, tasks, entries):
             (kh, kw), (oh, ow), (sh, sw), (dh, dw) = ksize, out_shape, stride, dilation
-            wide = sh == 1 and sw == 1
+            self.wide = sh == 1 and sw == 1
             rows, width = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-            self.padded = (c, rows + wide, width)
-            self.pitch = width if wide else ow
-            # (strided convolutions one image at a time: grouping them measured 7-10% slower)
-            wanted = -(-MIN_PRODUCT_COLUMNS // (oh * self.pitch)) if wide else 1
-            self.group = max(1, min(images, wanted))
-            self.groups = -(-images // self.group)
-            self.cols = (c * kh * kw, self.group * oh * self.pitch)
-            self.own_rows = self.group == 1 and self.pitch == ow
+            self.padded = (c, rows + self.wide, width)
+            self.pitch = width if self.wide else ow
+            self.cols = (c * kh * kw, oh * self.pitch)
             count = numba.get_num_threads()  # asked at every size: the same calls (tests count)
-            self.threads = (
-                count
-                if threaded(
-                    self.groups, images * math.prod(self.cols) // self.group, PARALLEL_MIN_SIZE
-                )
-                else 1
-            )
+            self.threads = count if threaded(tasks, entries, PARALLEL_MIN_SIZE) else 1
 
-        def buffer(self, scratch, key, shape, dtype, zero=False):
-            """One ``shape`` buffer per thread (kept in ``scratch`` when given)."""
+        def buffer(self, scratch, key, shape, dtype, zero=False, needed=True):
+            """One ``shape`` buffer per thread (kept in ``scratch`` when given); a stand-in of
+            one element where the call does not use it."""
+            if not needed:
+                return np.empty((1, 1, 1), dtype)
             shape = (self.threads, *shape)
             a = np.empty(shape, dtype) if scratch is None else scratch(key, shape)
             if zero:
                 a.fill(0)  # read as zeros (a workspace may hold another value's bytes)
             return a
 
-        def rows(self, scratch, channels, dtype):
-            """Per thread, (channels, group*OH*pitch) output rows at the columns' pitch (the
-            entries past OW zero); (1, 1, 1) where an image's rows are the array's own."""
-            if self.own_rows:
-                return np.empty((1, 1, 1), dtype)
-            return self.buffer(scratch, "img_rows", (channels, self.cols[1]), dtype, zero=True)
+    def _weights(w) -> tuple:
+        """w as (O, C*KH*KW) (the columns' product) and as (KH*KW, O, C) (the taps')."""
+        o, c = w.shape[:2]
+        wc = np.ascontiguousarray(w.reshape(o, -1))
+        wt = np.ascontiguousarray(w.reshape(o, c, -1).transpose(2, 0, 1))
+        return wc, wt
 
     def _geometry(w, stride, padding, dilation) -> tuple:
         return (*w.shape[2:], *stride, *padding, *dilation)
@@ -356,52 +365,70 @@ if numba is not None and _gemm.AVAILABLE:
     def conv_image_forward(x, w, res, stride, padding, dilation, scratch=None) -> None:
         """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w), image by image (the module)."""
         x = np.ascontiguousarray(x)
-        w2 = np.ascontiguousarray(w.reshape(w.shape[0], -1))
+        wc, wt = _weights(w)
         n, c = x.shape[:2]
-        lay = _Layout(c, w.shape[2:], res.shape[2:], stride, dilation, n)
+        lay = _Layout(
+            c, w.shape[2:], res.shape[2:], stride, dilation, n, n * wc[0].size * res[0, 0].size
+        )
         xps = lay.buffer(scratch, "img_xp", lay.padded, x.dtype, zero=True)
-        colss = lay.buffer(scratch, "img_cols", lay.cols, x.dtype)
-        zs = lay.rows(scratch, w2.shape[0], x.dtype)
+        colss = lay.buffer(scratch, "img_cols", lay.cols, x.dtype, needed=not lay.wide)
+        zs = lay.buffer(scratch, "img_rows", (w.shape[0], lay.cols[1]), x.dtype, needed=lay.wide)
         run = _forward_parallel if lay.threads > 1 else _forward
-        geometry = _geometry(w, stride, padding, dilation)
         with one_blas_thread():
-            run(lay.groups, x, w2, res, xps, colss, zs, lay.group, *geometry)
+            run(n, x, wc, wt, res, xps, colss, zs, *_geometry(w, stride, padding, dilation))
 
     def conv_image_input(g, w, gx, stride, padding, dilation, scratch=None) -> None:
         """``gx`` (N, C, H, W, C-contiguous) <- the adjoint of conv in x applied to g."""
         g = np.ascontiguousarray(g)
-        w2 = np.ascontiguousarray(w.reshape(w.shape[0], -1))
+        wc, wt = _weights(w)
+        taps = bool(np.isfinite(wt).all())
         n, c = gx.shape[:2]
-        lay = _Layout(c, w.shape[2:], g.shape[2:], stride, dilation, n)
+        lay = _Layout(
+            c, w.shape[2:], g.shape[2:], stride, dilation, n, n * wc[0].size * g[0, 0].size
+        )
         gxps = lay.buffer(scratch, "img_gxp", lay.padded, g.dtype)
-        gcolss = lay.buffer(scratch, "img_gcols", lay.cols, g.dtype)
-        gps = lay.rows(scratch, w2.shape[0], g.dtype)
+        gcolss = lay.buffer(scratch, "img_gcols", lay.cols, g.dtype, needed=not (lay.wide and taps))
+        gps = lay.buffer(
+            scratch, "img_rows", (w.shape[0], lay.cols[1]), g.dtype, zero=True, needed=lay.wide
+        )
         run = _input_parallel if lay.threads > 1 else _input
         geometry = _geometry(w, stride, padding, dilation)
         with one_blas_thread():
-            run(lay.groups, g, w2, gx, gxps, gcolss, gps, lay.group, *geometry)
+            run(n, g, wc, wt, taps, gx, gxps, gcolss, gps, *geometry)
 
     def conv_image_weight(x, g, gw, stride, padding, dilation, scratch=None) -> None:
         """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv(x, w) for g."""
         x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
         n, c = x.shape[:2]
         o = g.shape[1]
-        lay = _Layout(c, gw.shape[2:], g.shape[2:], stride, dilation, n)
-        per_chunk = -(-lay.groups // WEIGHT_CHUNKS)  # groups per chunk: fixed per shape
-        chunks = -(-lay.groups // per_chunk)
+        size = -(-n // WEIGHT_CHUNKS)  # images per chunk: fixed per batch size
+        chunks = -(-n // size)
+        lay = _Layout(
+            c, gw.shape[2:], g.shape[2:], stride, dilation, chunks, n * gw[0].size * g[0, 0].size
+        )
         xps = lay.buffer(scratch, "img_xp", lay.padded, x.dtype, zero=True)
         colss = lay.buffer(scratch, "img_cols", lay.cols, x.dtype)
-        gps = lay.rows(scratch, o, g.dtype)
-        shape = (chunks, lay.cols[0], o)  # each chunk's sum, transposed
+        gps = lay.buffer(scratch, "img_rows", (o, lay.cols[1]), g.dtype, zero=True, needed=lay.wide)
+        taps = math.prod(gw.shape[2:])
+        shape = (chunks, taps * c, o)  # each chunk's sum: (tap, channel) rows, transposed
         parts = np.empty(shape, x.dtype) if scratch is None else scratch("img_parts", shape)
-        run = _weight_parallel if lay.threads > 1 and chunks > 1 else _weight
-        geometry = _geometry(gw, stride, padding, dilation)
+        run = _weight_parallel if lay.threads > 1 else _weight
         with one_blas_thread():
-            run(chunks, x, g, parts, xps, colss, gps, lay.group, per_chunk, *geometry)
+            run(
+                chunks,
+                x,
+                g,
+                parts,
+                xps,
+                colss,
+                gps,
+                size,
+                *_geometry(gw, stride, padding, dilation),
+            )
         total = parts[0]
         for k in range(1, chunks):  # chunk order: the same bits on any thread count
             np.add(total, parts[k], out=total)
-        np.copyto(gw.reshape(o, -1), total.T)
+        np.copyto(gw.reshape(o, c, taps), total.reshape(taps, c, o).transpose(2, 1, 0))
 
 else:  # pragma: no cover
     conv_image_forward = conv_image_forward_reference
