@@ -1,6 +1,7 @@
 """The kernels today's models spend their time in, against PyTorch in the same process: exact
 GELU, the matrix products of attention and of a batched Linear layer (forward and VJP, with
-the transposed views the VJPs make), LayerNorm and softmax. Prints one table of medians and
+the transposed views the VJPs make), LayerNorm, softmax, and the ResNet preset's 3x3
+convolutions (stride 1 at 28x28, 14x14 and 7x7, and stride 2). Prints one table of medians and
 ratios (tapegrad / PyTorch) at one and two threads; the two libraries alternate call by call.
 
     PYTHONPATH=src python benchmarks/kernels_vs_torch.py [--repeats 15] [--threads 1,2] [--step]
@@ -77,7 +78,18 @@ def _cases():
     ln = np.random.default_rng(5).standard_normal((32 * 64, 128)).astype(np.float32)
     gamma, beta = np.ones(128, np.float32), np.zeros(128, np.float32)
     tnn = torch.nn.functional
+    convs = {}
+    for (c, o, size, stride), seed in zip(
+        [(16, 16, 28, 1), (32, 32, 14, 1), (64, 64, 7, 1), (16, 32, 28, 2)], range(10, 14)
+    ):
+        xc, wc = _pair((100, c, size, size), (o, c, 3, 3), seed)
+        convs[f"conv2d (100,{c},{size},{size}) 3x3 -> {o}, stride {stride}"] = (
+            lambda a, b, st=stride: F.conv2d(a, b, stride=st, padding=1),
+            lambda a, b, st=stride: tnn.conv2d(a, b, stride=st, padding=1),
+            [xc, wc],
+        )
     return {
+        **convs,
         "gelu (2048, 512)": (F.gelu, tnn.gelu, [h]),
         "q @ k^T (32,4,64,32)": (
             lambda a, b: a @ b.transpose(-2, -1),

@@ -113,18 +113,30 @@ if numba is not None and _gemm.AVAILABLE:
     @cached_jit(inline="always", **_opts)
     def _fill_padded(x, n, xp, ph, pw, rows):  # pragma: no cover - compiled
         """The first ``rows`` rows of xp (C, HP, WP), whose border stays zero, <- image n of x
-        at offset (ph, pw) (what falls past them no window reads); whether it is all finite."""
+        at offset (ph, pw) (what falls past them no window reads)."""
         hh = min(x.shape[2], rows - ph)
         ww = min(x.shape[3], xp.shape[2] - pw)
-        probe = 0.0  # x * 0 is 0 for every finite x, NaN for inf and NaN
         for c in range(x.shape[1]):
             for i in range(hh):
                 src = x[n, c, i]
                 dst = xp[c, ph + i, pw : pw + ww]
                 for j in range(ww):
                     dst[j] = src[j]
-                    probe += src[j] * 0
-        return probe == 0
+
+    @cached_jit(inline="always", **_opts)
+    def _finite(a):  # pragma: no cover - compiled
+        """Whether the contiguous 1-d float array a holds no inf or NaN, read from its bits (an
+        OR of integers vectorises; a float sum, kept in order, does not)."""
+        bad = 0
+        if a.itemsize == 4:
+            b32 = a.view(np.uint32)
+            for i in range(b32.size):
+                bad |= (b32[i] & 0x7F800000) == 0x7F800000
+        else:
+            b64 = a.view(np.uint64)
+            for i in range(b64.size):
+                bad |= (b64[i] & 0x7FF0000000000000) == 0x7FF0000000000000
+        return bad == 0
 
     @cached_jit(inline="always", **_opts)
     def _columns(
@@ -300,14 +312,16 @@ if numba is not None and _gemm.AVAILABLE:
         width = oh_ * pitch
         first = k * size
         for n in range(first, min(x.shape[0], first + size)):
-            finite = _fill_padded(x, n, xp, ph, pw, xp.shape[1] - wide)
+            _fill_padded(x, n, xp, ph, pw, xp.shape[1] - wide)
             beta = 0.0 if n == first else 1.0
             if wide:
                 _spread(g, n, gp, wp)
                 rows = gp
             else:  # the output rows are g's own
                 rows = g[n].reshape(o, width)
-            if wide and finite:  # shifted @ rows^T per tap: (C, O) blocks of parts[k]
+            if wide and _finite(
+                x[n].ravel()
+            ):  # shifted @ rows^T per tap: (C, O) blocks of parts[k]
                 plane = xp.shape[1] * wp
                 flat = xp.reshape(c, plane)
                 for j in range(kh_ * kw_):
