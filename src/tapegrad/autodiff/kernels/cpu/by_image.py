@@ -359,19 +359,29 @@ if numba is not None and _gemm.AVAILABLE:
             """One ``shape`` buffer per thread (kept in ``scratch`` when given); a stand-in of
             one element where the call does not use it."""
             if not needed:
-                return np.empty((1, 1, 1), dtype)
+                return _UNUSED[np.dtype(dtype)]
             shape = (self.threads, *shape)
             a = np.empty(shape, dtype) if scratch is None else scratch(key, shape)
             if zero:
                 a.fill(0)  # read as zeros (a workspace may hold another value's bytes)
             return a
 
-    def _weights(w) -> tuple:
-        """w as (O, C*KH*KW) (the columns' product) and as (KH*KW, O, C) (the taps')."""
+    # the stand-in for a buffer a call does not use (never written)
+    _UNUSED = {np.dtype(t): np.zeros((1, 1, 1), t) for t in (np.float32, np.float64)}
+
+    def _weights(w, scratch) -> tuple:
+        """w as (O, C*KH*KW) (the columns' product: w itself) and as (KH*KW, O, C) (the taps':
+        a copy, kept in ``scratch`` when given)."""
         o, c = w.shape[:2]
         wc = np.ascontiguousarray(w.reshape(o, -1))
-        wt = np.ascontiguousarray(w.reshape(o, c, -1).transpose(2, 0, 1))
+        shape = (math.prod(w.shape[2:]), o, c)
+        wt = np.empty(shape, w.dtype) if scratch is None else scratch("img_wt", shape)
+        np.copyto(wt, w.reshape(o, c, -1).transpose(2, 0, 1))
         return wc, wt
+
+    @cached_jit(**_opts)
+    def _all_finite(a):  # pragma: no cover - compiled
+        return _finite(a.ravel())
 
     def _geometry(w, stride, padding, dilation) -> tuple:
         return (*w.shape[2:], *stride, *padding, *dilation)
@@ -379,7 +389,7 @@ if numba is not None and _gemm.AVAILABLE:
     def conv_image_forward(x, w, res, stride, padding, dilation, scratch=None) -> None:
         """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w), image by image (the module)."""
         x = np.ascontiguousarray(x)
-        wc, wt = _weights(w)
+        wc, wt = _weights(w, scratch)
         n, c = x.shape[:2]
         lay = _Layout(
             c, w.shape[2:], res.shape[2:], stride, dilation, n, n * wc[0].size * res[0, 0].size
@@ -394,8 +404,8 @@ if numba is not None and _gemm.AVAILABLE:
     def conv_image_input(g, w, gx, stride, padding, dilation, scratch=None) -> None:
         """``gx`` (N, C, H, W, C-contiguous) <- the adjoint of conv in x applied to g."""
         g = np.ascontiguousarray(g)
-        wc, wt = _weights(w)
-        taps = bool(np.isfinite(wt).all())
+        wc, wt = _weights(w, scratch)
+        taps = bool(_all_finite(wt))
         n, c = gx.shape[:2]
         lay = _Layout(
             c, w.shape[2:], g.shape[2:], stride, dilation, n, n * wc[0].size * g[0, 0].size
