@@ -46,7 +46,6 @@ from .primitives.elementwise import (  # noqa: F401
     power,
     random_draw,
     reciprocal,
-    relu,
     round_,
     rsqrt,
     sigmoid,
@@ -107,7 +106,7 @@ round = round_  # noqa: A001  (round_ in the primitives' module: round is a buil
 asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
 
 # issue 14: scans, sorting, index and movement operations, einsum, more elementwise operations
-from .primitives.activation import gelu  # noqa: E402, F401
+from .primitives.activation import gelu, relu  # noqa: E402, F401
 from .primitives.einsum import einsum  # noqa: E402, F401
 from .primitives.indexing import (  # noqa: E402, F401
     gather,

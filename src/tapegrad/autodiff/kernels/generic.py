@@ -26,8 +26,12 @@ from .cpu.bias import add_taps_reference as add_taps
 from .cpu.by_image import conv_image_forward_reference as conv_image_forward
 from .cpu.by_image import conv_image_input_reference as conv_image_input
 from .cpu.by_image import conv_image_weight_reference as conv_image_weight
+from .cpu.special import add_arrays_reference as add_arrays
+from .cpu.special import relu_backward_reference as relu_backward
+from .cpu.special import relu_forward_reference as relu_forward
 
 __all__ = [
+    "add_arrays",
     "add_taps",
     "batch_norm_backward",
     "batch_norm_forward",
@@ -43,6 +47,8 @@ __all__ = [
     "im2col_whole_batch",
     "layer_norm_backward",
     "layer_norm_forward",
+    "relu_backward",
+    "relu_forward",
     "select",
     "softmax_backward",
 ]

@@ -75,21 +75,14 @@ def _var(ref) -> int | None:
     return ref[1] if ref[0] == VAR else None
 
 
-def _relu_mask(uses: _Uses, x: int, e: Eq):
-    """``(greater, where)`` if ``e`` is ReLU's VJP reading ``x``: ``m = greater(x, 0)`` and
-    ``where(m, g, 0)``, the mask read by that select alone; else None."""
-    if e.prim.name != "greater" or _var(e.ins[0]) != x or not _is_zero(e.ins[1]):
-        return None
-    w = uses.only_reader(e.outs[0])
-    if (
-        not isinstance(w, Eq)
-        or w.prim.name != "where"
-        or _var(w.ins[0]) != e.outs[0]
-        or _var(w.ins[1]) is None
-        or not _is_zero(w.ins[2])
-    ):
-        return None
-    return e, w
+def _relu_grad(x: int, e) -> bool:
+    """Whether ``e`` is ReLU's VJP with ``x`` as its mask: ``relu_backward(g, x)``."""
+    return (
+        isinstance(e, Eq)
+        and e.prim.name == "relu_backward"
+        and _var(e.ins[1]) == x
+        and _var(e.ins[0]) is not None
+    )
 
 
 def _dense2d(a) -> bool:
@@ -99,8 +92,8 @@ def _dense2d(a) -> bool:
 # -- bias + ReLU ---------------------------------------------------------------------------------
 def _fuse_bias_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> None:
     """``h = add(x, b); y = relu(h)`` (a Linear layer's bias then ReLU) -> ``y = bias_relu(x,
-    b)``; its backward ``m = greater(h, 0); gh = where(m, g, 0); gb = sum_to(gh)`` ->
-    ``gh, gb = bias_relu_backward(g, y)``."""
+    b)``; its backward ``gh = relu_backward(g, h); gb = sum_to(gh)`` -> ``gh, gb =
+    bias_relu_backward(g, y)``."""
     h = _var(relu.ins[0])
     add = uses.maker.get(h)
     if add is None or add.prim.name != "add" or id(add) in drop:
@@ -118,29 +111,28 @@ def _fuse_bias_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> None:
     for e in uses.read_by(h):
         if e is relu:
             continue
-        pair = _relu_mask(uses, h, e) if isinstance(e, Eq) else None
-        if pair is None:
+        if not _relu_grad(h, e):
             return  # h is read elsewhere: keep the pair as it is
-        gh = pair[1].outs[0]
-        g = values[_var(pair[1].ins[1])]
+        gh = e.outs[0]
+        g = values[_var(e.ins[0])]
         sums = [s for s in uses.read_by(gh) if isinstance(s, Eq) and s.prim.name == "sum_to"]
         sums = [s for s in sums if s.attrs.get("shape") == b.shape and _var(s.ins[0]) == gh]
         if len(sums) != 1 or not _dense2d(g) or g.shape != x.shape or g.dtype != x.dtype:
             return
-        backward.append((*pair, sums[0]))
+        backward.append((e, sums[0]))
     relu.prim, relu.ins, relu.attrs = bias_relu, list(add.ins), {}
-    for greater, where, total in backward:
-        where.prim, where.attrs, where.packed = bias_relu_backward_kernel, {}, True
-        where.ins = [where.ins[1], (VAR, relu.outs[0])]
-        where.outs = [where.outs[0], total.outs[0]]
-        drop.update((id(greater), id(total)))
+    for grad, total in backward:
+        grad.prim, grad.attrs, grad.packed = bias_relu_backward_kernel, {}, True
+        grad.ins = [grad.ins[0], (VAR, relu.outs[0])]
+        grad.outs = [grad.outs[0], total.outs[0]]
+        drop.add(id(total))
 
 
 # -- ReLU + max pooling --------------------------------------------------------------------------
 def _fuse_relu_max_pool(pool: Eq, uses: _Uses, values: list, drop: set) -> None:
     """``r = relu(x); p, arg = max_pool(r)`` -> ``p, arg = relu_max_pool(x)``; its backward
-    ``gr = max_pool_backward(g, arg); m = greater(x, 0); gx = where(m, gr, 0)`` ->
-    ``gx = relu_max_pool_backward(g, p, arg)``."""
+    ``gr = max_pool_backward(g, arg); gx = relu_backward(gr, x)`` -> ``gx =
+    relu_max_pool_backward(g, p, arg)``."""
     r = _var(pool.ins[0])
     relu = uses.maker.get(r)
     attrs = pool.attrs
@@ -161,20 +153,17 @@ def _fuse_relu_max_pool(pool: Eq, uses: _Uses, values: list, drop: set) -> None:
         if not isinstance(e, Eq) or e.prim.name != "max_pool_backward":
             return
         gr = e.outs[0]
-        where = uses.only_reader(gr)
-        pair = None
-        if isinstance(where, Eq) and where.prim.name == "where" and _var(where.ins[1]) == gr:
-            pair = _relu_mask(uses, x, uses.maker.get(_var(where.ins[0])))
-        if pair is None or pair[1] is not where:
+        grad = uses.only_reader(gr)
+        if not _relu_grad(x, grad) or _var(grad.ins[0]) != gr:
             return
-        backward.append((e, pair[0], where))
+        backward.append((e, grad))
     kernel = {"kernel": attrs["kernel"], "stride": attrs["stride"]}
     pool.prim, pool.ins, pool.attrs = relu_max_pool, list(relu.ins), kernel
-    for route, greater, where in backward:
-        where.prim, where.packed = relu_max_pool_backward_kernel, False
-        where.ins = [route.ins[0], (VAR, pool.outs[0]), (VAR, pool.outs[1])]
-        where.attrs = {"x_shape": route.attrs["x_shape"], **kernel}
-        drop.update((id(route), id(greater)))
+    for route, grad in backward:
+        grad.prim, grad.packed = relu_max_pool_backward_kernel, False
+        grad.ins = [route.ins[0], (VAR, pool.outs[0]), (VAR, pool.outs[1])]
+        grad.attrs = {"x_shape": route.attrs["x_shape"], **kernel}
+        drop.add(id(route))
 
 
 # -- a channels-last convolution's two gradients -------------------------------------------------

@@ -1,4 +1,4 @@
-"""Activations as single primitives with compiled kernels: exact GELU.
+"""Activations as single primitives with compiled kernels: exact GELU, and ReLU with its VJP.
 
 ``gelu(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))`` in one pass (``kernels/cpu/special.py``)
 where the composed form reads and writes the array five times and keeps four temporaries for
@@ -6,8 +6,13 @@ its backward pass. Its VJP is ``gelu_backward(g, x) = g * gelu'(x)``, itself a p
 rule is written with primitives (``gelu''(x) = phi(x) * (2 - x^2)``), so higher derivatives
 work as for any composed function.
 
-Float arrays go through their device's kernels (``kernels_for``); integer ones use the same
-formula in array operations.
+``relu(x) = max(x, 0)``; its VJP ``relu_backward(g, x)``, g where x > 0 and 0 elsewhere, is
+one primitive (one pass, where a comparison then a select took two and a boolean temporary),
+whose own VJP is itself in g (x is not differentiated: the mask is constant almost everywhere).
+The fusion pass (``plan/fusion.py``) folds it into a bias add or max pooling beside it.
+
+Float arrays go through their device's kernels (``kernels_for``, over numba's threads when
+large); integer ones use the same formula in array operations.
 """
 
 from __future__ import annotations
@@ -105,4 +110,54 @@ gelu = primitive(
     samples=lambda rng: S.unary(-4, 4)(rng) + [Sample((S.values(rng, (3, 4), -9, 9),))],
     broadcasting=True,
     doc="Exact GELU ``0.5 * x * (1 + erf(x / sqrt(2)))`` in one compiled pass each way.",
+)
+
+
+# -- ReLU ---------------------------------------------------------------------------------------
+def _relu_fwd(x, out=None):
+    res = into_kernel("relu_forward", out, x)
+    return np.maximum(x, 0, out=out) if res is None else res
+
+
+def _relu_backward_fwd(g, x, out=None):
+    if (
+        is_array(g)
+        and is_array(out)
+        and not g.flags.c_contiguous
+        and out.flags.c_contiguous
+        and g.shape == out.shape
+        and g.dtype == out.dtype
+    ):  # a broadcast gradient (a mean's): into the buffer first, masked there (no temporary)
+        np.copyto(out, g)
+        g = out
+    res = into_kernel("relu_backward", out, g, x)
+    if res is not None:
+        return res
+    # a select, not g * mask: masked entries are 0 even where g is not finite
+    return _assign(out, xp_of(g).where(x > 0, g, 0))
+
+
+def _relu_backward_samples(rng):
+    return [
+        Sample((S.values(rng, shape), S.values(rng, shape, gap=0.1)))
+        for shape in [(2, 3), (5,), (), (0, 3)]
+    ]
+
+
+relu_backward = primitive(
+    "relu_backward",
+    _relu_backward_fwd,
+    (lambda h, out, g, x: run(relu_backward, h, x), None),
+    reference=lambda g, x: g * (x > 0),
+    samples=_relu_backward_samples,
+    doc="ReLU's VJP in one pass: g where x > 0, 0 elsewhere (x NaN too); x not differentiated.",
+)
+relu = primitive(
+    "relu",
+    _relu_fwd,
+    (lambda g, out, x: run(relu_backward, g, x),),
+    reference=lambda x: x * (x > 0),
+    samples=S.unary(gap=0.1),
+    broadcasting=True,
+    doc="max(x, 0); the gradient at 0 is 0.",
 )

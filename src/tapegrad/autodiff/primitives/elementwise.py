@@ -21,10 +21,6 @@ def _sigmoid(x, out=None):
     return out
 
 
-def _relu(x, out=None):
-    return np.maximum(x, 0, out=out)
-
-
 def _loop_operand(a, out) -> bool:
     """``a`` can go to a kernel writing ``out``: arrays of one float dtype (on the CPU the loops
     below replace NumPy calls that allocate a buffer per call even with ``out=``)."""
@@ -60,6 +56,9 @@ def _where(c, x, y, out=None):
 
 
 # -- binary, broadcasting -------------------------------------------------------------------------
+_LARGE = 1 << 16  # from how many elements a same-shape add runs in the device's kernel
+
+
 def _add(x, y, out=None):
     """x + y; a (P, Q) array plus a (Q,) one (a Linear layer's bias) into a plan's buffer by the
     compiled loop: NumPy's broadcasting add with ``out`` allocates a 32 KiB buffer a call."""
@@ -73,6 +72,19 @@ def _add(x, y, out=None):
             ):
                 kernels_for(out).add_channel_bias(a[:, :, None], b, out[:, :, None])
                 return out
+    if (
+        _loop_operand(x, x)
+        and _loop_operand(y, x)
+        and x.shape == y.shape
+        and x.size >= _LARGE
+        and x.flags.c_contiguous
+        and y.flags.c_contiguous
+        and (out is None or (_loop_operand(out, x) and out.flags.c_contiguous))
+    ):  # large: over numba's threads (the same sums)
+        if out is None:
+            out = xp_of(x).empty(x.shape, x.dtype)
+        kernels_for(x).add_arrays(x, y, out)
+        return out
     return np.add(x, y, out=out)
 
 
@@ -279,17 +291,6 @@ sigmoid = primitive(
     samples=S.unary(-6, 6),
     broadcasting=True,
     doc="Logistic function 1 / (1 + exp(-x)), overflow-free.",
-)
-relu = primitive(
-    "relu",
-    _relu,
-    # a select, not g * mask: multiplying by a bool mask casts through NumPy's buffered
-    # iterator (32 KiB a call in a plan), and masked entries are 0 even where g is not finite
-    (lambda g, out, x: run(where, x > 0, g, 0),),
-    reference=lambda x: x * (x > 0),
-    samples=S.unary(gap=0.1),
-    broadcasting=True,
-    doc="max(x, 0); the gradient at 0 is 0.",
 )
 
 

@@ -34,10 +34,18 @@ from .reduce import sum_rows
 from .scan import linear_recurrence
 from .scatter import scatter_add_rows
 from .selection import select
-from .special import erf, gelu_backward, gelu_forward
+from .special import (
+    add_arrays,
+    erf,
+    gelu_backward,
+    gelu_forward,
+    relu_backward,
+    relu_forward,
+)
 
 __all__ = [
     "adam_update",
+    "add_arrays",
     "add_channel_bias",
     "add_into",
     "add_taps",
@@ -69,6 +77,8 @@ __all__ = [
     "lstm_forward_step",
     "max_pool_backward",
     "max_pool_forward",
+    "relu_backward",
+    "relu_forward",
     "relu_max_pool_backward",
     "relu_max_pool_forward",
     "rnn_backward_step",

@@ -1,4 +1,5 @@
-"""The error function and exact GELU as compiled elementwise loops.
+"""The error function, exact GELU, ReLU's two passes and the sum of two arrays as compiled
+elementwise loops.
 
 NumPy has no ``erf``; calling Python's ``math.erf`` once per element cost ~650 ms per million
 elements. Numba compiles ``math.erf`` to the C library's ``erf``, which is the very function
@@ -21,6 +22,13 @@ relative error 1.1e-11); beyond z = 10 ``Phi(-|x|)`` is 0 in float32. Everything
 float64 and is rounded once on the store, so the float32 results are within one unit in the
 last place of the correctly rounded ones (the kernel tests check this against the C library's
 ``erf`` on a dense grid). The same ``exp(-z^2)`` gives the derivative's density ``phi(x)``.
+
+``relu_forward``: ``max(x, 0)`` as NumPy's ``maximum`` computes it (NaN kept, -0 kept);
+``relu_backward``: ``g`` where ``x > 0``, else 0 (ReLU's VJP in one pass: a select, so masked
+entries are 0 even where ``g`` is not finite, and x NaN gives 0, as ``where(x > 0, g, 0)``).
+
+``add_arrays``: ``x + y`` for two arrays of one shape (what NumPy's ``add`` computes, on every
+core for large arrays: a residual connection, two gradients of one value summed).
 
 Large arrays run in chunks over numba's threads (``prange``): each element's value does not
 depend on the split, so the results are the same bits at any thread count. No ``fastmath``: it
@@ -64,6 +72,18 @@ def gelu_forward_reference(x: np.ndarray, out: np.ndarray) -> None:
     e = np.empty(np.shape(x), np.float64)
     erf_reference(np.asarray(x, np.float64) * _INV_SQRT2, e)
     out[...] = 0.5 * np.asarray(x, np.float64) * (1.0 + e)
+
+
+def add_arrays_reference(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+    np.add(x, y, out=out)
+
+
+def relu_forward_reference(x: np.ndarray, out: np.ndarray) -> None:
+    np.maximum(x, 0, out=out)
+
+
+def relu_backward_reference(g: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out, np.where(x > 0, g, 0))
 
 
 def gelu_backward_reference(g: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
@@ -150,6 +170,26 @@ if numba is not None:
             cdf = 0.5 * (1.0 + math.erf(v * _INV_SQRT2))
             out[i] = np.float64(g[i]) * (cdf + v * (_INV_SQRT_2PI * math.exp(-0.5 * v * v)))
 
+    @_jit
+    def _add_range(x, y, out, lo, hi):  # pragma: no cover - compiled
+        x, y, out = x[lo:hi], y[lo:hi], out[lo:hi]
+        for i in range(out.size):
+            out[i] = x[i] + y[i]
+
+    @_jit
+    def _relu_range(x, out, lo, hi):  # pragma: no cover - compiled
+        x, out = x[lo:hi], out[lo:hi]
+        for i in range(out.size):
+            v = x[i]
+            out[i] = v if (v >= 0 or v != v) else 0
+
+    @_jit
+    def _relu_grad_range(g, x, out, lo, hi):  # pragma: no cover - compiled
+        g, x, out = g[lo:hi], x[lo:hi], out[lo:hi]
+        zero = out.dtype.type(0)
+        for i in range(out.size):
+            out[i] = g[i] if x[i] > 0 else zero
+
     def _chunked(body):
         """``body(*arrays, lo, hi)`` over chunks of the flat arrays on numba's threads."""
 
@@ -167,6 +207,9 @@ if numba is not None:
         "gelu_grad": _gelu_grad_range,
         "gelu32": _gelu32_range,
         "gelu32_grad": _gelu32_grad_range,
+        "add": _add_range,
+        "relu": _relu_range,
+        "relu_grad": _relu_grad_range,
     }
     _PARALLEL = {name: _chunked(body) for name, body in _SERIAL.items()}
 
@@ -190,9 +233,23 @@ if numba is not None:
         """``out = g * gelu'(x)``; C-contiguous, one shape and dtype."""
         _launch("gelu32_grad" if x.dtype == np.float32 else "gelu_grad", g, x, out)
 
+    def add_arrays(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
+        """``out = x + y``; C-contiguous, one shape and dtype."""
+        _launch("add", x, y, out)
+
+    def relu_forward(x: np.ndarray, out: np.ndarray) -> None:
+        """``out = max(x, 0)``; C-contiguous, one shape and dtype."""
+        _launch("relu", x, out)
+
+    def relu_backward(g: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+        """``out = g where x > 0 else 0``; C-contiguous, one shape and dtype."""
+        _launch("relu_grad", g, x, out)
+
 else:  # pragma: no cover
     erf, gelu_forward, gelu_backward = (
         erf_reference,
         gelu_forward_reference,
         gelu_backward_reference,
     )
+    relu_forward, relu_backward = relu_forward_reference, relu_backward_reference
+    add_arrays = add_arrays_reference

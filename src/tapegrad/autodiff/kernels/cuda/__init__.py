@@ -28,6 +28,7 @@ run the kernels in the simulator.
 """
 
 from ..generic import (
+    add_arrays,
     add_taps,
     batch_norm_backward,
     batch_norm_forward,
@@ -43,6 +44,8 @@ from ..generic import (
     im2col_whole_batch,
     layer_norm_backward,
     layer_norm_forward,
+    relu_backward,
+    relu_forward,
     select,
     softmax_backward,
 )
@@ -71,6 +74,7 @@ from .special import erf, gelu_backward, gelu_forward
 
 __all__ = [
     "adam_update",
+    "add_arrays",
     "add_channel_bias",
     "add_into",
     "add_taps",
@@ -102,6 +106,8 @@ __all__ = [
     "lstm_forward_step",
     "max_pool_backward",
     "max_pool_forward",
+    "relu_backward",
+    "relu_forward",
     "relu_max_pool_backward",
     "relu_max_pool_forward",
     "rnn_backward_step",
