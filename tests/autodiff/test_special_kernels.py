@@ -1,7 +1,8 @@
 """The erf and exact-GELU kernels against Python's ``math.erf`` (float64: the same bits;
 float32: within one unit in the last place of the correctly rounded value), the threaded loops
-against the serial ones, GELU against PyTorch on a large array; the LayerNorm kernels against
-their references and PyTorch."""
+against the serial ones, GELU against PyTorch on a large array; ReLU's two kernels and the
+large add against NumPy bit for bit (NaN, -0 and infinities included); the LayerNorm kernels
+against their references and PyTorch."""
 
 import math
 
@@ -57,11 +58,38 @@ def test_threaded_loops_equal_serial(dtype):
     x = np.random.default_rng(0).normal(size=(1 << 17) + 3).astype(dtype) * 4
     g = np.random.default_rng(1).normal(size=x.size).astype(dtype)
     kind = "gelu32" if dtype == np.float32 else "gelu"
-    for name, args in [("erf", (x,)), (kind, (x,)), (kind + "_grad", (g, x))]:
+    for name, args in [
+        ("erf", (x,)),
+        (kind, (x,)),
+        (kind + "_grad", (g, x)),
+        ("relu", (x,)),
+        ("relu_grad", (g, x)),
+        ("add", (g, x)),
+    ]:
         serial, threaded = np.empty_like(x), np.empty_like(x)
         special._SERIAL[name](*args, serial, 0, x.size)
         special._PARALLEL[name](*args, threaded)
         np.testing.assert_array_equal(serial, threaded, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_and_add_kernels_are_numpys_bits(dtype):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1 << 17) + 5).astype(dtype)
+    g = rng.normal(size=x.size).astype(dtype)
+    specials = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0]
+    x[: len(specials)], g[3 : 3 + len(specials)] = specials, specials
+    got = np.empty_like(x)
+    special.relu_forward(x, got)
+    assert got.tobytes() == np.maximum(x, 0).tobytes()  # NaN kept, -0 gives +0
+    special.relu_backward(g, x, got)
+    assert got.tobytes() == np.where(x > 0, g, 0).astype(dtype).tobytes()  # x NaN: 0
+    special.add_arrays(g, x, got)
+    assert got.tobytes() == (g + x).tobytes()
+    # the primitives through them, eager and compiled alike
+    t = tg.tensor(x[:1000].copy(), requires_grad=True)
+    tg.relu(t).sum().backward()
+    np.testing.assert_array_equal(t.grad.data, (x[:1000] > 0).astype(dtype))
 
 
 # float64 atol: 1 + erf(x / sqrt(2)) cancels for negative x in both libraries, which round it in

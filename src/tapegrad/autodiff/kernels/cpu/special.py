@@ -23,7 +23,7 @@ float64 and is rounded once on the store, so the float32 results are within one 
 last place of the correctly rounded ones (the kernel tests check this against the C library's
 ``erf`` on a dense grid). The same ``exp(-z^2)`` gives the derivative's density ``phi(x)``.
 
-``relu_forward``: ``max(x, 0)`` as NumPy's ``maximum`` computes it (NaN kept, -0 kept);
+``relu_forward``: ``max(x, 0)`` as NumPy's ``maximum`` computes it (NaN kept, -0 gives 0);
 ``relu_backward``: ``g`` where ``x > 0``, else 0 (ReLU's VJP in one pass: a select, so masked
 entries are 0 even where ``g`` is not finite, and x NaN gives 0, as ``where(x > 0, g, 0)``).
 
@@ -181,7 +181,7 @@ if numba is not None:
         x, out = x[lo:hi], out[lo:hi]
         for i in range(out.size):
             v = x[i]
-            out[i] = v if (v >= 0 or v != v) else 0
+            out[i] = v if (v > 0 or v != v) else 0
 
     @_jit
     def _relu_grad_range(g, x, out, lo, hi):  # pragma: no cover - compiled
