@@ -204,27 +204,21 @@ if numba is not None and _gemm.AVAILABLE:
                             dst[j] += src[j]
 
     @cached_jit(inline="always", **_opts)
-    def _spread(g, n, rows, pitch):  # pragma: no cover - compiled
-        """rows (O, OH*pitch) <- image n of g (N, O, OH, OW), each output row at its pitch
-        (the entries past OW are left as they are: zero)."""
-        oh_, ow_ = g.shape[2], g.shape[3]
-        for o in range(g.shape[1]):
+    def _pitched(a, n, rows, pitch, into_rows):  # pragma: no cover - compiled
+        """rows (O, OH*pitch) <- image n of a (N, O, OH, OW), each output row at its pitch (the
+        entries past OW left as they are: zero), or (not ``into_rows``) the other way round
+        (those entries dropped)."""
+        oh_, ow_ = a.shape[2], a.shape[3]
+        for o in range(a.shape[1]):
             for i in range(oh_):
-                src = g[n, o, i]
-                dst = rows[o, i * pitch : i * pitch + ow_]
-                for j in range(ow_):
-                    dst[j] = src[j]
-
-    @cached_jit(inline="always", **_opts)
-    def _gather(rows, pitch, res, n):  # pragma: no cover - compiled
-        """Image n of res (N, O, OH, OW) <- rows (O, OH*pitch) (the entries past OW dropped)."""
-        oh_, ow_ = res.shape[2], res.shape[3]
-        for o in range(res.shape[1]):
-            for i in range(oh_):
-                dst = res[n, o, i]
-                src = rows[o, i * pitch : i * pitch + ow_]
-                for j in range(ow_):
-                    dst[j] = src[j]
+                image = a[n, o, i]
+                run = rows[o, i * pitch : i * pitch + ow_]
+                if into_rows:
+                    for j in range(ow_):
+                        run[j] = image[j]
+                else:
+                    for j in range(ow_):
+                        image[j] = run[j]
 
     @cached_jit(inline="always", **_opts)
     def _shift(t, kw_, dh, dw, wp):  # pragma: no cover - compiled
@@ -247,7 +241,7 @@ if numba is not None and _gemm.AVAILABLE:
                 shifted = flat[0, _shift(k, kw_, dh, dw, wp) :]  # rows one plane apart
                 beta = 0.0 if k == 0 else 1.0
                 gemm(NO_TRANS, NO_TRANS, o, size, c, 1.0, wt[k], c, shifted, plane, beta, z, size)
-            _gather(z, wp, res, n)
+            _pitched(res, n, z, wp, False)
             return
         cols = colss[t]
         _columns(xp, cols, kh_, kw_, sh, sw, dh, dw, oh_, ow_, ow_, False)
@@ -266,7 +260,7 @@ if numba is not None and _gemm.AVAILABLE:
         gxp[...] = 0
         if wide:
             gp = gps[t]
-            _spread(g, n, gp, wp)
+            _pitched(g, n, gp, wp, True)
             size = oh_ * wp
             if taps:  # the weight is finite: the rows past OW stay zero in every product
                 plane = gxp.shape[1] * wp
@@ -315,7 +309,7 @@ if numba is not None and _gemm.AVAILABLE:
             _fill_padded(x, n, xp, ph, pw, xp.shape[1] - wide)
             beta = 0.0 if n == first else 1.0
             if wide:
-                _spread(g, n, gp, wp)
+                _pitched(g, n, gp, wp, True)
                 rows = gp
             else:  # the output rows are g's own
                 rows = g[n].reshape(o, width)
