@@ -10,7 +10,8 @@ wheels, found by ``tapegrad.blas.gemm_symbols``), declared to numba as external 
 fixed name, so the kernels that call them are cached like any other. While such a kernel runs,
 OpenBLAS is held to one thread (:func:`one_blas_thread`), so each call computes on the thread
 that made it: one pool for the whole product, and a result that does not depend on the thread
-count.
+count. The setting is OpenBLAS's, process-wide: a NumPy product another Python thread runs
+meanwhile runs on one thread too (its result unchanged).
 
 ``AVAILABLE`` is False where NumPy's BLAS is not an ILP64 OpenBLAS (a 32-bit-integer build,
 MKL): the kernels that need ``gemm`` then say so (``by_image.applies``) and the convolutions
