@@ -119,6 +119,10 @@ def test_info_lists_versions_and_datasets(real_data, capsys):
 
     blas = next(line for line in out.splitlines() if line.startswith("blas "))
     assert f"OpenBLAS, {core()} kernels" in blas
+    from tapegrad.autodiff.kernels.cpu import gemm
+
+    conv = next(line for line in out.splitlines() if line.startswith("conv "))
+    assert ("image by image" in conv) == gemm.AVAILABLE
 
 
 def test_eager_flag_trains_the_same_model(real_data, tmp_path, capsys):

@@ -63,6 +63,19 @@ if AVAILABLE:
                    ldb, beta, c.ctypes.data, ldc)  # fmt: skip
 
 
+def describe() -> str:
+    """What ``tapegrad info`` says of the kernels that call BLAS themselves."""
+    if AVAILABLE:
+        return (
+            "2-d convolutions from 16 channels image by image over numba's threads "
+            "(NumPy's OpenBLAS called from the kernels)"
+        )
+    return (
+        "column layouts (NumPy's BLAS is not an ILP64 OpenBLAS, which the image-by-image "
+        "kernels call)"
+    )
+
+
 @contextlib.contextmanager
 def one_blas_thread():
     """OpenBLAS held to one thread inside the block (and its count restored after): each
