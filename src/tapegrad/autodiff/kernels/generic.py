@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import xp_of
 from .cpu.batch_norm import (
     batch_norm_backward_reference as batch_norm_backward,
 )
@@ -26,6 +25,8 @@ from .cpu.bias import add_taps_reference as add_taps
 from .cpu.by_image import conv_image_forward_reference as conv_image_forward
 from .cpu.by_image import conv_image_input_reference as conv_image_input
 from .cpu.by_image import conv_image_weight_reference as conv_image_weight
+from .cpu.columns import col2im_reference as col2im
+from .cpu.columns import im2col_reference as im2col
 from .cpu.special import add_arrays_reference as add_arrays
 from .cpu.special import relu_backward_reference as relu_backward
 from .cpu.special import relu_forward_reference as relu_forward
@@ -123,37 +124,3 @@ def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:
     """No whole-batch im2col here: convolutions take the per-sample columns (array operations
     and batched products)."""
     return False
-
-
-def _padded_geometry(shape, cols_shape, stride, padding, dilation) -> tuple:
-    n, c, h, w = shape
-    _, kh, kw, _, oh, ow = cols_shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    return (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), kh, kw, oh, ow
-
-
-def _window(a, i, j, stride, dilation, oh, ow):
-    (sh, sw), (dh, dw) = stride, dilation
-    return a[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
-
-
-def im2col(x, cols, stride, padding, dilation) -> None:
-    """Fill ``cols`` (C, KH, KW, N, OH, OW) with the windows of ``x`` (N, C, H, W)."""
-    shape, kh, kw, oh, ow = _padded_geometry(x.shape, cols.shape, stride, padding, dilation)
-    (ph, pw), (h, w) = padding, x.shape[2:]
-    xp = xp_of(x).zeros(shape, x.dtype)
-    xp[:, :, ph : ph + h, pw : pw + w] = x
-    for i in range(kh):
-        for j in range(kw):
-            cols[:, i, j] = _window(xp, i, j, stride, dilation, oh, ow).transpose(1, 0, 2, 3)
-
-
-def col2im(gcols, gx, stride, padding, dilation) -> None:
-    """``gx`` (N, C, H, W) <- the sum of ``gcols``' entries at the elements they came from."""
-    shape, kh, kw, oh, ow = _padded_geometry(gx.shape, gcols.shape, stride, padding, dilation)
-    (ph, pw), (h, w) = padding, gx.shape[2:]
-    gp = xp_of(gx).zeros(shape, gx.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            _window(gp, i, j, stride, dilation, oh, ow)[...] += gcols[:, i, j].transpose(1, 0, 2, 3)
-    gx[...] = gp[:, :, ph : ph + h, pw : pw + w]

@@ -36,7 +36,9 @@ def into_kernel(name, out, *arrays):
     """Run the kernel ``name`` of the arrays' device, ``kernel(*arrays, out)``, on C-contiguous
     operands: ``out`` when given (copied into when it is not contiguous), else a new array.
     None when the operands are not float arrays of one shape and dtype (the caller then takes
-    its array-operation path)."""
+    its array-operation path). The kernels are elementwise, so one operand may be ``out``
+    itself: a non-contiguous operand (a broadcast gradient, a mean's) is copied into ``out``
+    first where nothing else reads ``out``'s memory, instead of into a temporary."""
     first = arrays[0]
     for a in arrays:
         if not is_array(a) or a.dtype != first.dtype or a.shape != first.shape:
@@ -46,13 +48,31 @@ def into_kernel(name, out, *arrays):
     if out is not None and (not is_array(out) or out.dtype != first.dtype):
         return None
     xp = xp_of(first)
-    arrays = [a if a.flags.c_contiguous else xp.ascontiguousarray(a) for a in arrays]
+    operands, staged = [], False
+    for a in arrays:
+        if not a.flags.c_contiguous:
+            if not staged and _unshared(out, arrays):  # into out, worked on there
+                np.copyto(out, a)
+                a, staged = out, True
+            else:
+                a = xp.ascontiguousarray(a)
+        operands.append(a)
+    arrays = operands
     target = out if out is not None and out.flags.c_contiguous else xp.empty_like(arrays[0])
     getattr(kernels_for(first), name)(*arrays, target)
     if out is not None and target is not out:
         np.copyto(out, target)
         return out
     return target
+
+
+def _unshared(out, arrays) -> bool:
+    """Whether ``out`` is a C-contiguous NumPy array whose memory no operand reads."""
+    return (
+        type(out) is np.ndarray
+        and out.flags.c_contiguous
+        and not any(np.may_share_memory(out, a) for a in arrays)
+    )
 
 
 def _assign(out, value):
@@ -120,16 +140,6 @@ def _relu_fwd(x, out=None):
 
 
 def _relu_backward_fwd(g, x, out=None):
-    if (
-        is_array(g)
-        and is_array(out)
-        and not g.flags.c_contiguous
-        and out.flags.c_contiguous
-        and g.shape == out.shape
-        and g.dtype == out.dtype
-    ):  # a broadcast gradient (a mean's): into the buffer first, masked there (no temporary)
-        np.copyto(out, g)
-        g = out
     res = into_kernel("relu_backward", out, g, x)
     if res is not None:
         return res

@@ -120,15 +120,14 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
             kernels_for(x).conv_image_forward(
                 x, w, res, stride, L.tops(padding), dilation, _kernel_scratch(ws, x)
             )
-            if bias:
-                _channel_bias(res.reshape(n, o, -1), bias[0])
-            return (res,)
-        batch = L.whole_batch(x, w.shape[1], len(ksize))
-        if saved is None:
-            saved = xp_of(x).empty(L.cols_shape(batch, x.shape, ksize, out_shape), x.dtype)
-        cols = L.fill_cols(batch, x, ksize, stride, padding, dilation, out_shape, saved, ws)
-        L.forward_product(batch, w, cols, res, groups, ws)
-        kept = (cols,)
+            kept = ()
+        else:
+            batch = L.whole_batch(x, w.shape[1], len(ksize))
+            if saved is None:
+                saved = xp_of(x).empty(L.cols_shape(batch, x.shape, ksize, out_shape), x.dtype)
+            cols = L.fill_cols(batch, x, ksize, stride, padding, dilation, out_shape, saved, ws)
+            L.forward_product(batch, w, cols, res, groups, ws)
+            kept = (cols,)
     if bias:
         r3 = res.reshape(n, o, -1)
         _channel_bias(r3, bias[0])

@@ -39,30 +39,39 @@ def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:
     return ndim in (1, 2) and channels_per_group >= WHOLE_BATCH_MIN_CHANNELS
 
 
-def im2col_reference(x, cols, stride, padding, dilation) -> None:
-    n, c, h, w = x.shape
-    _, kh, kw, _, oh, ow = cols.shape
+def _padded_zeros(a, cols_shape, stride, padding, dilation):
+    """Zeros shaped like ``a`` (N, C, H, W) padded far enough for every window of the columns
+    (C, KH, KW, N, OH, OW), on ``a``'s device."""
+    n, c, h, w = a.shape
+    _, kh, kw, _, oh, ow = cols_shape
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    xp = xp_of(x).zeros(
-        (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), x.dtype
-    )
+    shape = (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw)
+    return xp_of(a).zeros(shape, a.dtype)
+
+
+def _window(padded, i, j, cols_shape, stride, dilation):
+    """The (N, C, OH, OW) elements of ``padded`` that kernel offset (i, j) meets."""
+    (sh, sw), (dh, dw), (oh, ow) = stride, dilation, cols_shape[4:]
+    return padded[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
+
+
+def im2col_reference(x, cols, stride, padding, dilation) -> None:
+    """In array operations (any device's arrays: ``kernels/generic.py`` binds it)."""
+    (ph, pw), (h, w) = padding, x.shape[2:]
+    xp = _padded_zeros(x, cols.shape, stride, padding, dilation)
     xp[:, :, ph : ph + h, pw : pw + w] = x
-    for i in range(kh):
-        for j in range(kw):
-            win = xp[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
-            cols[:, i, j] = win.transpose(1, 0, 2, 3)
+    for i in range(cols.shape[1]):
+        for j in range(cols.shape[2]):
+            cols[:, i, j] = _window(xp, i, j, cols.shape, stride, dilation).transpose(1, 0, 2, 3)
 
 
 def col2im_reference(gcols, gx, stride, padding, dilation) -> None:
-    n, c, h, w = gx.shape
-    _, kh, kw, _, oh, ow = gcols.shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    gp = xp_of(gx).zeros(
-        (n, c, h + 2 * ph + sh * oh + dh * kh, w + 2 * pw + sw * ow + dw * kw), gx.dtype
-    )
-    for i in range(kh):
-        for j in range(kw):
-            view = gp[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
+    """In array operations (any device's arrays: ``kernels/generic.py`` binds it)."""
+    (ph, pw), (h, w) = padding, gx.shape[2:]
+    gp = _padded_zeros(gx, gcols.shape, stride, padding, dilation)
+    for i in range(gcols.shape[1]):
+        for j in range(gcols.shape[2]):
+            view = _window(gp, i, j, gcols.shape, stride, dilation)
             view += gcols[:, i, j].transpose(1, 0, 2, 3)
     gx[...] = gp[:, :, ph : ph + h, pw : pw + w]
 
