@@ -1,18 +1,21 @@
 """A compiled training step's time under the thread pools' idle settings, alternating processes.
 
     python benchmarks/thread_pools.py PRESET [--steps 20] [--rounds 2]
-                                      [--configs old,tapegrad,blas-sleeps,numba-serial]
+                                      [--configs passive,tapegrad,blas-sleeps,numba-serial]
 
-tapegrad runs two thread pools: OpenBLAS's (matrix products) and numba's OpenMP workers (the
-parallel kernels). Each pool's idle workers may spin on a core waiting for the next call, and a
+A process can run two thread pools: OpenBLAS's (NumPy's matrix products) and numba's OpenMP
+workers (tapegrad's parallel kernels and, since issue 27's one-pool change, its large matrix
+products). Each pool's idle workers may spin on a core waiting for the next call, and a
 spinning worker of one pool holds the core the other pool's next parallel region needs. Each
 configuration is a set of environment variables given to a fresh process (both pools at 2
 threads), which trains the preset's compiled step and reports the median step time and the
 cores busy (CPU time over wall time). The configurations:
 
-* ``old``: both pools spin (``OMP_WAIT_POLICY`` set to an empty value so that tapegrad does not
-  set it and OpenMP keeps its default; OpenBLAS's default spin, 2^28 cycles);
-* ``tapegrad``: what ``import tapegrad`` sets (``OMP_WAIT_POLICY=PASSIVE``);
+* ``old``: OpenMP's default spin (``OMP_WAIT_POLICY`` set to an empty value so that tapegrad
+  sets nothing; OpenBLAS's default spin, 2^28 cycles);
+* ``passive``: numba's workers sleep as soon as a region ends (``OMP_WAIT_POLICY=PASSIVE``,
+  tapegrad's setting before the one-pool change);
+* ``tapegrad``: what ``import tapegrad`` sets (``GOMP_SPINCOUNT=100000``: a short spin);
 * ``blas-sleeps``: also ``OPENBLAS_THREAD_TIMEOUT=4`` (OpenBLAS's workers sleep at once);
 * ``numba-serial``: tapegrad's setting with numba on one thread (its kernels serial).
 
@@ -52,6 +55,7 @@ print(json.dumps({"median": statistics.median(ts), "busy": busy}))
 
 CONFIGS = {
     "old": {"OMP_WAIT_POLICY": "", "OPENBLAS_THREAD_TIMEOUT": "28"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
     "tapegrad": {},
     "blas-sleeps": {"OPENBLAS_THREAD_TIMEOUT": "4"},
     "numba-serial": {"NUMBA_NUM_THREADS": "1"},
@@ -63,14 +67,18 @@ def main() -> None:
     ap.add_argument("preset")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", default="passive,tapegrad,blas-sleeps,numba-serial")
     args = ap.parse_args()
     names = args.configs.split(",")
     here = str(Path(__file__).resolve().parent)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names:
-            env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",)}
+            env = {
+                k: v
+                for k, v in os.environ.items()
+                if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+            }
             env.update({v: "2" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
             env.update({"MKL_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2"})
             env.update(CONFIGS[name])

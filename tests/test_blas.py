@@ -63,14 +63,15 @@ def test_the_choice_needs_every_subset_the_kernels_use(monkeypatch, flags, expec
 
 
 IDLE = (
-    "import os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"
+    "import os; print(*(os.environ.get(v) for v in "
+    "('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', 'OPENBLAS_THREAD_TIMEOUT')))"
 )
 
 
 def _run_clean(code: str, **env_changes) -> str:
     """``code`` in a child whose environment lacks the idle-thread variables (this process's
     ``import tapegrad`` set them)."""
-    env = {k: v for k, v in os.environ.items() if k not in blas.IDLE_THREADS}
+    env = {k: v for k, v in os.environ.items() if k not in blas.USER_CHOICES}
     env.update(env_changes)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -78,27 +79,33 @@ def _run_clean(code: str, **env_changes) -> str:
     return out.stdout.strip()
 
 
-def test_import_tapegrad_makes_idle_workers_sleep():
-    assert _run_clean("import tapegrad; " + IDLE).split() == ["PASSIVE", "None"]
+def test_import_tapegrad_lets_idle_workers_spin_briefly():
+    assert _run_clean("import tapegrad; " + IDLE).split() == ["None", "100000", "None"]
     info = _run_clean("import tapegrad.blas as b, tapegrad; print(b.describe_idle())")
-    assert info == "OMP_WAIT_POLICY=PASSIVE (tapegrad)"
+    assert info == "GOMP_SPINCOUNT=100000 (tapegrad)"
     mine = "OPENBLAS_THREAD_TIMEOUT"
-    assert _run_clean("import tapegrad; " + IDLE, **{mine: "4"}).split() == ["PASSIVE", "4"]
+    assert _run_clean("import tapegrad; " + IDLE, **{mine: "4"}).split() == ["None", "100000", "4"]
 
 
 def test_a_users_idle_setting_wins():
-    assert _run_clean("import tapegrad; " + IDLE, OMP_WAIT_POLICY="ACTIVE").split() == [
-        "ACTIVE",
-        "None",
-    ]
+    for var, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("GOMP_SPINCOUNT", "5")):
+        got = _run_clean("import tapegrad; " + IDLE, **{var: value}).split()
+        expected = (
+            ["PASSIVE", "None", "None"] if var == "OMP_WAIT_POLICY" else ["None", "5", "None"]
+        )
+        assert got == expected
+    info = _run_clean(
+        "import tapegrad.blas as b, tapegrad; print(b.describe_idle())", OMP_WAIT_POLICY="ACTIVE"
+    )
+    assert info == "OMP_WAIT_POLICY=ACTIVE (yours), GOMP_SPINCOUNT unset"
     # numba loads its OpenMP library lazily: NumPy imported first does not stop the setting
-    assert _run_clean("import numpy, tapegrad; " + IDLE).split() == ["PASSIVE", "None"]
+    assert _run_clean("import numpy, tapegrad; " + IDLE).split() == ["None", "100000", "None"]
 
 
 def test_benchmark_peers_start_without_tapegrads_idle_setting():
     code = (
         "import tapegrad; from tapegrad.bench.harness import process_env; e = process_env(); "
-        "print(e.get('OMP_WAIT_POLICY'), e.get('OPENBLAS_THREAD_TIMEOUT'))"
+        "print(e.get('OMP_WAIT_POLICY'), e.get('GOMP_SPINCOUNT'))"
     )
     assert _run_clean(code).split() == ["None", "None"]
-    assert _run_clean(code, OMP_WAIT_POLICY="PASSIVE").split() == ["PASSIVE", "None"]
+    assert _run_clean(code, GOMP_SPINCOUNT="100000").split() == ["None", "100000"]

@@ -9,10 +9,10 @@ array([[2., 2.],
 
 from __future__ import annotations
 
-from .blas import prefer_avx512, sleep_idle_threads
+from .blas import prefer_avx512, set_idle_threads
 
 prefer_avx512()  # before NumPy loads OpenBLAS: its AVX-512 kernels where the CPU has them
-sleep_idle_threads()  # and before either thread pool starts: idle workers free their core
+set_idle_threads()  # and before numba's pool starts: its idle workers spin briefly, then sleep
 
 from .autodiff import (
     AnomalyError,

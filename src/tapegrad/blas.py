@@ -54,23 +54,28 @@ def prefer_avx512() -> str | None:
     return "SkylakeX"
 
 
-# What tapegrad sets for the idle threads of its thread pools, unless the user has: numba's
-# OpenMP workers (the variable is read when numba first runs a parallel kernel) sleep as soon
-# as a parallel region ends instead of spinning on a core, where they held back the OpenBLAS
-# call that followed (char-lm's compiled step, 2 threads: 304 -> 149 ms). OpenBLAS's own idle
-# workers also spin (``OPENBLAS_THREAD_TIMEOUT``, read when NumPy loads OpenBLAS); letting them
-# sleep (``OPENBLAS_THREAD_TIMEOUT=4``) speeds models with large parallel kernels further
-# (ResNet 140 -> ~110 ms) but slows small back-to-back products (seed-rnn 412 -> 660 us), so
-# tapegrad leaves it to the user. Measured in BENCHMARKS.md ("Two thread pools").
-IDLE_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
+# What tapegrad sets for the idle workers of numba's OpenMP pool, unless the user has set either
+# variable (read when numba first runs a parallel kernel, so NumPy imported first is no
+# matter): after a parallel region a worker spins ~100,000 times (about a millisecond) before
+# it sleeps. tapegrad's matrix products run on numba's pool too (``kernels/cpu/products.py``),
+# so within a training step the next parallel region finds its workers awake: sleeping
+# workers (``OMP_WAIT_POLICY=PASSIVE``, tapegrad's setting before) had to be woken for every
+# region, ~100 us each in a virtual machine. OpenMP throttles the spin to 1,000 where the
+# process runs more threads than there are cores. OpenBLAS's own workers, which also spin
+# (``OPENBLAS_THREAD_TIMEOUT``), are left to the user: tapegrad's large products do not wake
+# them. Measured in BENCHMARKS.md ("One thread pool").
+IDLE_THREADS = {"GOMP_SPINCOUNT": "100000"}
+# a user's choice of these wins over tapegrad's setting
+USER_CHOICES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # the variables this process set (not the user): benchmark peers start without them
 SET_HERE: dict[str, str] = {}
 
 
-def sleep_idle_threads() -> dict[str, str]:
-    """Set :data:`IDLE_THREADS`' variables that the user has not set; return those set."""
-    for var, value in IDLE_THREADS.items():
-        if var not in os.environ:
+def set_idle_threads() -> dict[str, str]:
+    """Set :data:`IDLE_THREADS`' variables unless the user has set one of
+    :data:`USER_CHOICES`; return those set."""
+    if not any(var in os.environ for var in USER_CHOICES):
+        for var, value in IDLE_THREADS.items():
             os.environ[var] = SET_HERE[var] = value
     return dict(SET_HERE)
 
@@ -79,7 +84,7 @@ def describe_idle() -> str:
     """How the thread pools' idle workers behave here: each variable and who set it
     (OpenBLAS's spin time only when someone set it)."""
     parts = []
-    for var in (*IDLE_THREADS, "OPENBLAS_THREAD_TIMEOUT"):
+    for var in (*USER_CHOICES, "OPENBLAS_THREAD_TIMEOUT"):
         value = os.environ.get(var)
         if value is None:
             if var in IDLE_THREADS:

@@ -12,6 +12,11 @@ Covered: every broadcasting (elementwise) primitive, which must all be enlargeab
 primitives listed in ``MORE`` (reductions, softmax, matmul, convolution, pooling, ...). Kernels
 whose inputs carry indices into other inputs (backward kernels, gathers, scans' saved states)
 are left out: tiling their arrays would make the indices inconsistent.
+
+Matrix products take one of three routes by their size (``kernels/cpu/products.py``: NumPy's,
+NumPy's on one OpenBLAS thread, pieces over numba's threads), a choice made once per call. Each
+primitive runs here with one route forced at both sizes: the pieces, and for the primitives
+built on products the other two as well.
 """
 
 import gc
@@ -22,6 +27,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.autodiff.graph import apply, gradients
+from tapegrad.autodiff.kernels.cpu import products
 from tapegrad.autodiff.primitives import REGISTRY
 
 SMALL, LARGE = 32, 256
@@ -55,6 +61,11 @@ MORE = [
     "sum",
 ]
 COVERED = sorted({n for n, p in REGISTRY.items() if p.broadcasting} | set(MORE))
+# (_MIN_FLOPS, _PARALLEL_FLOPS) forcing each route of the products
+ROUTES = {"pieces": (0, 0), "numpy": (float("inf"),) * 2, "one-blas-thread": (0, float("inf"))}
+CASES = [(n, "pieces") for n in COVERED] + [
+    (n, r) for n in ("conv1d", "conv2d", "matmul") for r in ("numpy", "one-blas-thread")
+]
 
 
 def _tile(args, k: int, how: str):
@@ -163,8 +174,10 @@ def _enlargeable(prim):
     return best
 
 
-@pytest.mark.parametrize("name", COVERED)
-def test_work_per_call_does_not_grow_with_the_arrays(name):
+@pytest.mark.parametrize(("name", "route"), CASES)
+def test_work_per_call_does_not_grow_with_the_arrays(name, route, monkeypatch):
+    monkeypatch.setattr(products, "_MIN_FLOPS", ROUTES[route][0])
+    monkeypatch.setattr(products, "_PARALLEL_FLOPS", ROUTES[route][1])
     prim = REGISTRY[name]
     found = _enlargeable(prim)
     assert found is not None, f"{name}: no sample can be enlarged by tiling; give it one"

@@ -27,6 +27,7 @@ from .cpu.by_image import conv_image_input_reference as conv_image_input
 from .cpu.by_image import conv_image_weight_reference as conv_image_weight
 from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
+from .cpu.products import matmul_reference as matmul
 from .cpu.special import add_arrays_reference as add_arrays
 from .cpu.special import relu_backward_reference as relu_backward
 from .cpu.special import relu_forward_reference as relu_forward
@@ -48,6 +49,7 @@ __all__ = [
     "im2col_whole_batch",
     "layer_norm_backward",
     "layer_norm_forward",
+    "matmul",
     "relu_backward",
     "relu_forward",
     "select",

@@ -35,6 +35,7 @@ from . import conv_layout as L
 from . import samples as S
 from .args import plain
 from .conv_reference import _conv_backward_reference, _conv_reference
+from .linalg import matmul_into
 from .registry import Sample, primitive, run, scratch
 
 
@@ -94,7 +95,7 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
         k, length = w.shape[2], x.shape[2] - w.shape[2] + 1
         wk = _taps(w, ws).reshape(k * o, x.shape[1])
         z = scratch(ws, "z", (k * o, n * x.shape[2]), x.dtype, like=x)
-        np.matmul(wk, x.transpose(0, 2, 1).reshape(-1, x.shape[1]).T, out=z)
+        matmul_into(wk, x.transpose(0, 2, 1).reshape(-1, x.shape[1]).T, z)
         if res is None:
             res = xp_of(x).empty((n, o, length), x.dtype)
         kernels_for(z).add_taps(z, res)
@@ -103,10 +104,10 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
         xp = L.padded(x, padding, saved)
         length = xp.shape[2] - w.shape[2] + 1
         wk = _taps(w, ws)
-        res = np.matmul(wk[0], xp[:, :, :length], out=res)
+        res = matmul_into(wk[0], xp[:, :, :length], res)
         tmp = scratch(ws, "tmp", res.shape, res.dtype, like=x)
         for k in range(1, w.shape[2]):
-            np.add(res, np.matmul(wk[k], xp[:, :, k : k + length], out=tmp), out=res)
+            np.add(res, matmul_into(wk[k], xp[:, :, k : k + length], tmp), out=res)
         kept = (xp,) if xp is not x else ()
     else:
         ksize = w.shape[2:]
@@ -283,7 +284,7 @@ def _conv_transpose_fwd(
         tmp = scratch(ws, "gxtmp", (n, c, length), y.dtype, like=y)
         add_into = kernels_for(y).add_into
         for k in range(w.shape[2]):
-            add_into(target[:, :, k : k + length], np.matmul(wk[k].T, y, out=tmp))
+            add_into(target[:, :, k : k + length], matmul_into(wk[k].T, y, tmp))
         if target is not res:
             np.copyto(res, target[L.interior(padding, shape)])
     elif L.by_image(y, w, groups) and res.flags.c_contiguous:
@@ -360,7 +361,7 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
         tmp = scratch(ws, "gwtmp", (g.shape[0], o, x.shape[1]), g.dtype, like=g)
         for k in range(ksize[0]):
             np.sum(
-                np.matmul(g, xp[:, :, k : k + length].transpose(0, 2, 1), out=tmp),
+                matmul_into(g, xp[:, :, k : k + length].transpose(0, 2, 1), tmp),
                 axis=0,
                 out=gw[:, :, k],
             )

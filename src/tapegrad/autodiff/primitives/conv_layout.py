@@ -24,6 +24,7 @@ import numpy as np
 
 from ..backend import as_strided, xp_of
 from ..kernels.dispatch import kernels_for
+from .linalg import matmul_into
 from .registry import scratch
 
 
@@ -151,12 +152,12 @@ def forward_product(batch, w, cols, res, groups, ws) -> None:
     if batch:  # one GEMM over the batch, then (O, N, P) laid out as (N, O, P)
         p = cols.shape[2]
         z = scratch(ws, "z", (o, n * p), res.dtype, like=res)
-        np.matmul(w2, cols.reshape(groups, -1, n * p), out=z.reshape(groups, o // groups, n * p))
+        matmul_into(w2, cols.reshape(groups, -1, n * p), z.reshape(groups, o // groups, n * p))
         np.copyto(res.reshape(n, o, p), z.reshape(o, n, p).transpose(1, 0, 2))
     elif groups == 1:
-        np.matmul(w.reshape(o, -1), cols, out=res.reshape(n, o, -1))
+        matmul_into(w.reshape(o, -1), cols, res.reshape(n, o, -1))
     else:
-        np.matmul(w2, grouped(cols, groups, 1), out=grouped(res.reshape(n, o, -1), groups, 1))
+        matmul_into(w2, grouped(cols, groups, 1), grouped(res.reshape(n, o, -1), groups, 1))
 
 
 def input_product(batch, g, w, gx, stride, padding, dilation, groups, ws) -> None:
@@ -167,16 +168,16 @@ def input_product(batch, g, w, gx, stride, padding, dilation, groups, ws) -> Non
     wt = np.swapaxes(grouped(w.reshape(o, -1), groups, 0), 1, 2)  # (G, C/G*K, O/G)
     if batch:
         gt = _by_channel(g, ws)
-        np.matmul(wt, grouped(gt, groups, 0), out=gcols.reshape(groups, -1, gt.shape[1]))
+        matmul_into(wt, grouped(gt, groups, 0), gcols.reshape(groups, -1, gt.shape[1]))
         kernels_for(g).col2im(
             _cols6(gcols, ksize, n, g.shape[2:]), _as4(gx), *_pairs2(stride, padding, dilation)
         )
         return
     g2 = g.reshape(n, o, -1)
     if groups == 1:
-        np.matmul(w.reshape(o, -1).T, g2, out=gcols)
+        matmul_into(w.reshape(o, -1).T, g2, gcols)
     else:
-        np.matmul(wt, grouped(g2, groups, 1), out=grouped(gcols, groups, 1))
+        matmul_into(wt, grouped(g2, groups, 1), grouped(gcols, groups, 1))
     pads = any(lo or hi for lo, hi in padding)
     target = scratch(ws, "gxp", padded_shape(gx.shape, padding), g.dtype, like=g) if pads else gx
     target.fill(0)
@@ -198,17 +199,17 @@ def weight_product(batch, g, cols, gw, groups, ws) -> None:
         gt = _by_channel(g, ws)
         m, ck = gt.shape[1], cols.shape[0] // groups
         tmp = scratch(ws, "gwT", (groups, ck, o // groups), g.dtype, like=g)
-        np.matmul(cols.reshape(groups, ck, m), grouped(gt, groups, 0).transpose(0, 2, 1), out=tmp)
+        matmul_into(cols.reshape(groups, ck, m), grouped(gt, groups, 0).transpose(0, 2, 1), tmp)
         np.copyto(gw.reshape(groups, o // groups, ck), tmp.transpose(0, 2, 1))
         return
     g2 = g.reshape(n, o, -1)
     tmp = scratch(ws, "gwtmp", (n, o, cols.shape[1] // groups), g.dtype, like=g)
     if groups == 1:
-        np.matmul(g2, cols.transpose(0, 2, 1), out=tmp)
+        matmul_into(g2, cols.transpose(0, 2, 1), tmp)
     else:
-        np.matmul(
+        matmul_into(
             grouped(g2, groups, 1),
             np.swapaxes(grouped(cols, groups, 1), 2, 3),
-            out=grouped(tmp, groups, 1),
+            grouped(tmp, groups, 1),
         )
     np.sum(tmp, axis=0, out=gw.reshape(o, -1))

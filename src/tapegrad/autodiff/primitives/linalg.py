@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .args import plain
 from .registry import Sample, primitive, run
@@ -86,26 +87,26 @@ def _matmul(a, b, out=None):
             f"first ({ka}) must equal the {'first' if b.ndim == 1 else 'second-to-last'}"
             f" dim of the second ({kb})"
         )
-    if b.ndim == 2 and a.ndim >= 3 and type(a) is np.ndarray:
-        return _folded(a, b, out)
-    return np.matmul(a, b, out=out)
-
-
-def _folded(a, b, out):
-    """``a (..., M, K) @ b (K, N)`` as one ``(rows, K) @ (K, N)`` GEMM. NumPy's matmul runs a
-    GEMM per matrix of ``a`` (32 of (64, 128) @ (128, 512) took 1.7x PyTorch's time); one GEMM
-    over all rows runs at BLAS's full rate. ``a`` is copied first when its batch cannot be
-    merged as a view; the result is computed the same way whatever ``out`` is, so eager and
-    compiled values are the same bits."""
-    rows = a.reshape(-1, a.shape[-1])
-    shape = (*a.shape[:-1], b.shape[-1])
+    if a.ndim < 2 or b.ndim < 2:
+        return np.matmul(a, b, out=out)
     if out is None:
-        return np.matmul(rows, b).reshape(shape)
-    if type(out) is np.ndarray and out.flags.c_contiguous:
-        np.matmul(rows, b, out=out.reshape(-1, b.shape[-1]))
-        return out
-    np.copyto(out, np.matmul(rows, b).reshape(shape))
-    return out
+        if type(a) is not np.ndarray or type(b) is not np.ndarray:
+            return np.matmul(a, b)
+        try:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise ShapeError(
+                f"matmul: the batch dimensions of shapes {a.shape} and {b.shape} do not "
+                f"broadcast ({a.shape[:-2]} against {b.shape[:-2]})"
+            ) from None
+        out = np.empty((*batch, a.shape[-2], b.shape[-1]), np.result_type(a, b))
+    return matmul_into(a, b, out)
+
+
+def matmul_into(a, b, out):
+    """``out[...] = a @ b`` (operands of two or more dimensions) on the kernels of their device:
+    on the CPU, large products over numba's threads (``kernels/cpu/products.py``); returns out."""
+    return kernels_for(a, b).matmul(a, b, out)
 
 
 matmul = primitive(

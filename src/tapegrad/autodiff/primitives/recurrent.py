@@ -36,6 +36,7 @@ from ..core.state import new_tensor
 from ..errors import ShapeError
 from ..kernels.dispatch import kernels_for
 from . import samples as S
+from .linalg import matmul_into
 from .registry import Sample, primitive, run, scratch
 
 
@@ -50,7 +51,7 @@ def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch, zero_h0=False):
         out = hs[t]
         np.copyto(out, xp[t])
         if t > 0 or not zero_h0:
-            np.matmul(h, whh_t, out=scratch)
+            matmul_into(h, whh_t, scratch)
             np.add(out, scratch, out=out)
         if nonlinearity == "tanh":
             np.tanh(out, out=out)
@@ -79,10 +80,10 @@ def rnn_scan_backward(
             break
         h_prev = hs[t - 1] if t > 0 else h0
         if needs[1]:
-            np.matmul(dpre.T, h_prev, out=tmp)
+            matmul_into(dpre.T, h_prev, tmp)
             np.add(dwhh, tmp, out=dwhh)
         if t > 0 or needs[2]:
-            np.matmul(dpre, whh, out=dh)
+            matmul_into(dpre, whh, dh)
 
 
 def _forward(xp, whh, h0, nonlinearity, zero_h0=False, out=None, ws=None):
@@ -194,7 +195,7 @@ def lstm_scan_forward(xp, whh, h0, c0, out, act, tc, hw) -> None:
     h, c = h0, c0
     lstm_forward_step = kernels_for(xp).lstm_forward_step
     for t in range(xp.shape[0]):
-        np.matmul(h, whh_t, out=hw)
+        matmul_into(h, whh_t, hw)
         lstm_forward_step(xp[t], hw, c, hs[t], cs[t], act[t], tc[t])
         h, c = hs[t], cs[t]
 
@@ -211,7 +212,7 @@ def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, nee
     for t in range(T - 1, -1, -1):
         lstm_backward_step(g[0, t], g[1, t], act[t], tc[t], cs[t - 1] if t else c0, dh, dc, dxp[t])
         if t or needs[2]:
-            np.matmul(dxp[t], whh, out=dh)
+            matmul_into(dxp[t], whh, dh)
     if needs[1]:
         _recurrent_weight_grad(dxp, hs, h0, dwhh, tmp, H)
 
@@ -228,10 +229,10 @@ def in_layout_of(xp: np.ndarray, dgates: np.ndarray) -> np.ndarray:
 def _recurrent_weight_grad(dpre, hs, h0, dwhh, tmp, H) -> None:
     """``dwhh = sum_t dpre[t].T @ h_{t-1}``: one product for step 0 (against h0), one for all
     later steps at once (against hs[:-1], contiguous)."""
-    np.matmul(dpre[0].T, h0, out=dwhh)
+    matmul_into(dpre[0].T, h0, dwhh)
     if dpre.shape[0] > 1:
         G = dpre.shape[2]
-        np.matmul(dpre[1:].reshape(-1, G).T, hs[:-1].reshape(-1, H), out=tmp)
+        matmul_into(dpre[1:].reshape(-1, G).T, hs[:-1].reshape(-1, H), tmp)
         np.add(dwhh, tmp, out=dwhh)
 
 
@@ -326,7 +327,7 @@ def gru_scan_forward(xp, whh, bhh, h0, hs, act, hw) -> None:
     h = h0
     gru_forward_step = kernels_for(xp).gru_forward_step
     for t in range(xp.shape[0]):
-        np.matmul(h, whh_t, out=hw)
+        matmul_into(h, whh_t, hw)
         gru_forward_step(xp[t], hw, bhh, h, hs[t], act[t])
         h = hs[t]
 
@@ -343,7 +344,7 @@ def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, n
     for t in range(T - 1, -1, -1):
         gru_backward_step(g[t], dh, dhd, act[t], hs[t - 1] if t else h0, dxp[t], dhw[t])
         if t or needs[3]:
-            np.matmul(dhw[t], whh, out=dh)
+            matmul_into(dhw[t], whh, dh)
     if needs[3]:
         np.add(dh, dhd, out=dh)
     if needs[1]:

@@ -23,6 +23,7 @@ from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_for
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward
 from .optim import adam_update
 from .pool import max_pool_backward, max_pool_forward
+from .products import matmul
 from .recurrent import (
     gru_backward_step,
     gru_forward_step,
@@ -75,6 +76,7 @@ __all__ = [
     "linear_recurrence",
     "lstm_backward_step",
     "lstm_forward_step",
+    "matmul",
     "max_pool_backward",
     "max_pool_forward",
     "relu_backward",

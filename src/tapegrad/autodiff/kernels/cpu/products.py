@@ -1,0 +1,249 @@
+"""Matrix products on numba's threads, so that a training step runs on one thread pool.
+
+NumPy multiplies matrices on OpenBLAS's threads, and OpenBLAS's idle workers spin for a while
+after each product waiting for the next (``OPENBLAS_THREAD_TIMEOUT``). A numba kernel that
+follows a product shares the cores with them: on two cores, GELU's forward over 1M float32
+entries took 2.2 ms right after a NumPy product against 1.1 ms alone (its two threads got one
+core), and every parallel kernel of a transformer's step follows a product. Letting OpenBLAS's
+workers sleep instead slowed back-to-back products (BENCHMARKS.md, *Two thread pools*).
+
+Here a product of at least ``_PARALLEL_FLOPS`` is cut into pieces, each piece one
+single-threaded GEMM of NumPy's own OpenBLAS (``gemm.py``) on one of numba's threads: a batch's
+matrices, and a large matrix's blocks of rows (or of columns, when it has fewer rows than
+columns). OpenBLAS's workers never wake; the cores stay with numba's pool, for the products and
+for the kernels around them (whose idle workers spin briefly: ``tapegrad/blas.py``). Smaller
+products that OpenBLAS would still thread run on the calling thread (OpenBLAS held to one);
+the smallest, which OpenBLAS runs on the calling thread anyway, are NumPy's as they are.
+
+The pieces are chosen from the shapes alone (``_pieces``), never from the thread count, and a
+piece runs whole on one thread, so a product gives the same bits at any thread count (one
+thread runs the same pieces in order). Those bits can differ from NumPy's in the last place:
+OpenBLAS's sums depend on where a matrix is cut. Operands are read in place wherever each
+matrix is stored by rows or by columns (a transposed view is a transposed GEMM, not a copy) and
+a batch's strides collapse to at most two dimensions (other operands are copied first); a
+weight broadcast over a batch (``(..., M, K) @ (K, N)``) whose rows are evenly spaced is one
+``(rows, K) @ (K, N)`` GEMM. 1-D operands, other dtypes and a BLAS other than an ILP64 OpenBLAS
+(``gemm.AVAILABLE``) are NumPy's ``matmul``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gemm import AVAILABLE, one_blas_thread
+
+try:
+    import numba
+except ImportError:  # pragma: no cover
+    numba = None
+
+# OpenBLAS runs products of M * N * K <= 262144 on the calling thread itself; from there on it
+# wakes its workers, so this module takes over (a batch of small products counts as one)
+_MIN_FLOPS = 2 * 262144
+_PARALLEL_FLOPS = 1 << 21  # from ~2 MFLOP (~20 us on one core) numba's threads share a product
+_UNIT_FLOPS = 1 << 21  # a matrix is split into pieces of at least ~2 MFLOP...
+_MIN_SIDE = 16  # ...and at least 16 rows or columns...
+_MAX_PIECES = 8  # ...and into at most 8 (each piece packs the other operand again)
+_NO_TRANS, _TRANS = 111, 112
+_PLANS: dict = {}  # (shapes, strides, dtype) -> the loop's arguments but the addresses
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[...] = a @ b`` with NumPy's batching and broadcasting (``out`` of the result's shape
+    and dtype, not overlapping the operands); returns ``out``.
+
+    Products OpenBLAS would run on the calling thread are NumPy's, and so are those up to
+    ``_PARALLEL_FLOPS`` with OpenBLAS held to one thread; larger ones are cut into pieces run
+    over numba's threads (see the module)."""
+    if not AVAILABLE or a.ndim < 2 or b.ndim < 2 or type(out) is not np.ndarray:
+        return _numpy_matmul(a, b, out)
+    flops = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1]
+    for d in out.shape[:-2]:
+        flops *= d
+    if flops == 0 or flops < _MIN_FLOPS:
+        return _numpy_matmul(a, b, out)
+    if flops < _PARALLEL_FLOPS:
+        with one_blas_thread():
+            return _numpy_matmul(a, b, out)
+    plan = _plan(a, b, out)
+    if plan is not None:
+        return _run(plan, a, b, out)
+    # an operand stored neither by rows nor by columns, a batch that does not collapse:
+    # contiguous copies rather than OpenBLAS's pool
+    a2, b2 = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    out2 = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
+    plan = _plan(a2, b2, out2)
+    if plan is None:
+        return _numpy_matmul(a, b, out)
+    _run(plan, a2, b2, out2)
+    if out2 is not out:
+        np.copyto(out, out2)
+    return out
+
+
+def _run(plan, a, b, out):
+    """The pieces of ``plan`` over numba's threads (in order on one), OpenBLAS on one thread.
+    (The parallel loop even for one piece: the same Python calls at any size, which tests
+    count; a product this large pays the region's few microseconds easily.)"""
+    units, single, *rest = plan
+    loop = _parallel if numba.get_num_threads() > 1 else _serial
+    with one_blas_thread():
+        loop(units, single, a.ctypes.data, b.ctypes.data, out.ctypes.data, *rest)
+    return out
+
+
+def matmul_reference(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b, out=out)
+
+
+def _numpy_matmul(a, b, out):
+    """NumPy's matmul, a weight over a batch (``(..., M, K) @ (K, N)``) as one GEMM over all
+    rows: NumPy runs a GEMM per matrix (32 of (64, 128) @ (128, 512) took 1.7x PyTorch's time).
+    ``a`` is copied first where its batch does not merge into rows as a view."""
+    if b.ndim == 2 and a.ndim >= 3 and out.flags.c_contiguous and a.dtype == b.dtype == out.dtype:
+        np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, b.shape[-1]))
+        return out
+    return np.matmul(a, b, out=out)
+
+
+def _matrix_layout(shape, strides, itemsize):
+    """(CBLAS transpose flag, leading dimension) of a matrix of ``shape`` and byte ``strides``
+    stored by rows or by columns; None otherwise."""
+    rows, cols = shape
+    s0, s1 = strides
+    if cols == 1:
+        s1 = itemsize
+    if rows == 1:
+        s0 = max(cols, 1) * itemsize
+    if s0 % itemsize or s1 % itemsize:
+        return None
+    if s1 == itemsize and s0 >= max(cols, 1) * itemsize:
+        return _NO_TRANS, s0 // itemsize
+    if s0 == itemsize and s1 >= max(rows, 1) * itemsize:
+        return _TRANS, s1 // itemsize
+    if rows == 1 and cols == 1:
+        return _NO_TRANS, 1
+    return None
+
+
+def _batch_strides(x, batch):
+    """``x``'s byte strides over the ``batch`` dimensions (0 where it broadcasts)."""
+    lead = len(batch) - (x.ndim - 2)
+    shape, strides = x.shape[:-2], x.strides[:-2]
+    return [0 if i < lead or shape[i - lead] == 1 else strides[i - lead] for i in range(len(batch))]
+
+
+def _collapse(batch, strides):
+    """The batch dimensions merged where every operand steps evenly across them, size-1
+    dimensions dropped: (sizes, per-operand strides)."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(batch) if n != 1]
+    merged: list = []
+    for n, st in dims:
+        if merged:
+            pn, pst = merged[-1]
+            if all(p == q * n for p, q in zip(pst, st)):
+                merged[-1] = (pn * n, st)
+                continue
+        merged.append((n, st))
+    return [n for n, _ in merged], [[st[j] for _, st in merged] for j in range(len(strides))]
+
+
+def _pieces(m: int, n: int, k: int) -> tuple[int, int, bool]:
+    """(pieces, their size, split by rows) of one ``(m, k) @ (k, n)`` product: a power of two
+    pieces, from the shape alone."""
+    by_rows = m >= n
+    side = m if by_rows else n
+    flops = 2 * m * n * k
+    pieces = 1
+    while (
+        pieces * 2 <= _MAX_PIECES
+        and flops // (pieces * 2) >= _UNIT_FLOPS
+        and side // (pieces * 2) >= _MIN_SIDE
+    ):
+        pieces *= 2
+    size = -(-side // pieces)
+    return -(-side // size), size, by_rows
+
+
+def _plan(a, b, out):
+    """The parallel loop's arguments but the three addresses (``(units, single, ta, ...)``), or
+    None where this module does not take the product (see the module). Cached by layout."""
+    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, a.dtype, b.dtype,
+           out.dtype)  # fmt: skip
+    plan = _PLANS.get(key, False)
+    if plan is False:
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        plan = _PLANS[key] = _layout_plan(a, b, out)
+    return plan
+
+
+def _layout_plan(a, b, out):
+    if not (
+        type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and a.dtype == b.dtype == out.dtype
+        and a.dtype.type in (np.float32, np.float64)
+    ):
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = out.shape[:-2]
+    isz = a.itemsize
+    lay_a = _matrix_layout(a.shape[-2:], a.strides[-2:], isz)
+    lay_b = _matrix_layout(b.shape[-2:], b.strides[-2:], isz)
+    if lay_a is None or lay_b is None or out.strides[-1] != isz or out.strides[-2] < n * isz:
+        return None
+    if out.strides[-2] % isz or min(out.strides) < 0:
+        return None
+    sizes, (sa, sb, sc) = _collapse(batch, [_batch_strides(x, batch) for x in (a, b, out)])
+    ldc = out.strides[-2] // isz
+    ta, lda = lay_a
+    tb, ldb = lay_b
+    if len(sizes) == 1 and sb[0] == 0 and ta == _NO_TRANS:
+        # a weight over a batch: one GEMM when the batch continues a's and out's rows evenly
+        if sa[0] == m * lda * isz and sc[0] == m * ldc * isz:
+            m, sizes, sa, sb, sc = m * sizes[0], [], [], [], []
+    if len(sizes) > 2:
+        return None
+    while len(sizes) < 2:
+        sizes, sa, sb, sc = [1, *sizes], [0, *sa], [0, *sb], [0, *sc]
+    pieces, size, by_rows = _pieces(m, n, k)
+    units = sizes[0] * sizes[1] * pieces
+    return (units, isz == 4, ta, lda, tb, ldb, ldc, m, n, k, sizes[1], sa[0], sa[1], sb[0],
+            sb[1], sc[0], sc[1], pieces, size, by_rows, isz)  # fmt: skip
+
+
+if AVAILABLE:
+    from ..jit import cached_jit
+    from .gemm import _dgemm, _sgemm
+    from .loops import split_loops
+
+    @cached_jit(nogil=True)
+    def _piece(single, pa, pb, pc, ta, lda, tb, ldb, ldc, m, n, k, b1, sa0, sa1, sb0, sb1,
+               sc0, sc1, pieces, size, by_rows, isz, u):  # fmt: skip  # pragma: no cover
+        """Piece ``u``: matrix ``u // pieces`` of the batch (grid (., b1), byte strides s*0,
+        s*1), block ``u % pieces`` of its rows or columns."""
+        mat = u // pieces
+        j = u - mat * pieces
+        i0 = mat // b1
+        i1 = mat - i0 * b1
+        pa += i0 * sa0 + i1 * sa1
+        pb += i0 * sb0 + i1 * sb1
+        pc += i0 * sc0 + i1 * sc1
+        lo = j * size
+        if by_rows:
+            m = min(m, lo + size) - lo
+            pa += (lo * lda if ta == _NO_TRANS else lo) * isz
+            pc += lo * ldc * isz
+        else:
+            n = min(n, lo + size) - lo
+            pb += (lo if tb == _NO_TRANS else lo * ldb) * isz
+            pc += lo * isz
+        if single:
+            _sgemm(101, ta, tb, m, n, k, np.float32(1.0), pa, lda, pb, ldb, np.float32(0.0),
+                   pc, ldc)  # fmt: skip
+        else:
+            _dgemm(101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
+
+    _serial, _parallel = split_loops(_piece, nogil=True)

@@ -1,0 +1,145 @@
+"""The matrix-product kernel on numba's threads (``kernels/cpu/products.py``): NumPy's product
+(within a float's rounding of an inner product) for every layout it takes in place, the same
+bits at any thread count, and OpenBLAS's thread count given back."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from tapegrad.autodiff.kernels.cpu import gemm
+from tapegrad.autodiff.kernels.cpu import products as P
+
+pytestmark = pytest.mark.skipif(not gemm.AVAILABLE, reason="NumPy's BLAS is not ILP64 OpenBLAS")
+
+
+def _cols(x):
+    """``x`` with the same values, each matrix stored by columns (a transposed view)."""
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)
+
+
+def _assert_product(out, a, b):
+    """``out`` is ``a @ b`` within the rounding bound of inner products of length K (the order of
+    the sums is BLAS's: a product cut into pieces may round differently from NumPy's)."""
+    k = a.shape[-1]
+    bound = 2 * k * np.finfo(out.dtype).eps * (np.abs(a) @ np.abs(b))
+    assert np.all(np.abs(out - np.matmul(a, b)) <= bound)
+
+
+def _case(rng, a_shape, b_shape, dtype, a_cols=False, b_cols=False):
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    return (_cols(a) if a_cols else a), (_cols(b) if b_cols else b)
+
+
+SHAPES = [
+    ((300, 200), (200, 100)),  # rows split
+    ((64, 700), (700, 300)),  # columns split (fewer rows than columns)
+    ((6, 50, 80), (80, 70)),  # a weight over a batch: one GEMM over all rows
+    ((40, 64, 32), (40, 32, 64)),  # a batch of small products
+    ((3, 1, 40, 30), (5, 30, 60)),  # broadcast batch: two dimensions
+    ((130, 90), (90, 1)),  # one column
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shapes", SHAPES)
+@pytest.mark.parametrize("a_cols", [False, True])
+@pytest.mark.parametrize("b_cols", [False, True])
+def test_every_layout_gives_numpys_product(dtype, shapes, a_cols, b_cols):
+    rng = np.random.default_rng(0)
+    a, b = _case(rng, *shapes, dtype, a_cols, b_cols)
+    out = np.full(np.matmul(a, b).shape, np.nan, dtype)
+    assert P.matmul(a, b, out) is out
+    _assert_product(out, a, b)
+
+
+def test_views_of_attention_are_read_in_place():
+    """Queries and keys as views of one (N, T, 3, H, D) projection (batch strides that do not
+    merge, rows 3 H D apart) and a key transposed: no copy, one GEMM per (sample, head)."""
+    qkv = np.random.default_rng(1).standard_normal((8, 64, 3, 4, 32)).astype(np.float32)
+    q, k, _ = qkv.transpose(2, 0, 3, 1, 4)
+    kt = np.swapaxes(k, -1, -2)
+    out = np.empty((8, 4, 64, 64), np.float32)
+    plan = P._plan(q, kt, out)
+    assert plan is not None and plan[0] == 8 * 4  # units: one per matrix
+    P.matmul(q, kt, out)
+    _assert_product(out, q, kt)
+
+
+def test_a_weight_over_a_batch_is_one_split_gemm():
+    a = np.ones((32, 64, 128), np.float32)
+    w = np.ones((128, 512), np.float32)
+    plan = P._plan(a, w, np.empty((32, 64, 512), np.float32))
+    units, m, pieces = plan[0], plan[7], plan[17]
+    assert m == 32 * 64 and units == pieces > 1
+
+
+def test_what_it_does_not_take_is_numpys():
+    out = np.empty((4, 4), np.float32)
+    small = np.ones((4, 4), np.float32)
+    assert P.matmul(small, small, out) is out and np.all(out == 4)  # below OpenBLAS's threads
+    ints = np.arange(400 * 400).reshape(400, 400) % 7
+    got = np.empty((400, 400), ints.dtype)
+    P.matmul(ints, ints, got)
+    assert np.array_equal(got, ints @ ints)  # integers stay integers
+    assert P._plan(ints, ints, got) is None
+    strided = np.ones((400, 800), np.float32)[:, ::2]  # neither by rows nor by columns
+    assert P._plan(strided, strided, np.empty((400, 400), np.float32)) is None
+    res = np.empty((400, 400), np.float32)
+    P.matmul(strided, strided, res)  # taken after a contiguous copy
+    assert np.all(res == 400)
+
+
+def test_a_non_contiguous_out_is_written():
+    rng = np.random.default_rng(2)
+    a, b = _case(rng, (300, 200), (200, 100), np.float64)
+    big = np.zeros((100, 300))
+    P.matmul(a, b, big.T)
+    _assert_product(big.T, a, b)
+
+
+def test_non_finite_entries_propagate_as_numpys():
+    a = np.ones((300, 200), np.float32)
+    b = np.ones((200, 100), np.float32)
+    a[5, 7], b[3, 9] = np.inf, np.nan
+    out = np.empty((300, 100), np.float32)
+    P.matmul(a, b, out)
+    want = a @ b  # column 9 NaN, the rest of row 5 inf, 200 elsewhere
+    assert np.isnan(out).sum() == 300 and np.isinf(out).sum() == 99
+    assert np.array_equal(out, want, equal_nan=True)
+
+
+def test_the_same_bits_at_any_thread_count():
+    """Pieces come from the shapes alone: the serial loop (one thread) and the parallel one give
+    the same bits, and so does the public call at one thread and at every thread."""
+    rng = np.random.default_rng(3)
+    for shapes in SHAPES[:4]:
+        a, b = _case(rng, *shapes, np.float32, b_cols=True)
+        want = np.matmul(a, b)
+        _assert_product(P.matmul(a, b, np.empty_like(want)), a, b)
+        outs = []
+        for loop in (P._serial, P._parallel):
+            out = np.empty_like(want)
+            units, single, *rest = P._plan(a, b, out)
+            with gemm.one_blas_thread():
+                loop(units, single, a.ctypes.data, b.ctypes.data, out.ctypes.data, *rest)
+            outs.append(out)
+        assert np.array_equal(outs[0], outs[1])
+        before = numba.get_num_threads()
+        try:
+            numba.set_num_threads(1)
+            one = P.matmul(a, b, np.empty_like(want))
+        finally:
+            numba.set_num_threads(before)
+        assert np.array_equal(one, outs[0])
+        assert np.array_equal(P.matmul(a, b, np.empty_like(want)), outs[0])
+
+
+def test_openblas_gets_its_thread_count_back():
+    _, getter = gemm._THREADS
+    before = getter()
+    a = np.ones((400, 300), np.float32)
+    P.matmul(a, a.T, np.empty((400, 400), np.float32))
+    assert getter() == before
