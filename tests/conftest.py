@@ -17,6 +17,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYT
 # Nothing may download during tests, whatever the machine can reach.
 os.environ["TAPEGRAD_OFFLINE"] = "1"
 
+# numba's idle workers sleep at once in tests (a user's setting, which tapegrad keeps): the test
+# runner starts one process per core, and a worker spinning after its parallel region (what
+# ``import tapegrad`` sets up for training) would hold a core another test process needs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def data_root() -> pathlib.Path:
     """``TAPEGRAD_DATA`` (CI sets it to ../shared/data), else ../shared/data beside the repo."""
