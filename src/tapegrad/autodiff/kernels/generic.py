@@ -28,6 +28,7 @@ from .cpu.by_image import conv_image_weight_reference as conv_image_weight
 from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
 from .cpu.products import matmul_reference as matmul
+from .cpu.random import dropout_mask_reference as dropout_mask
 from .cpu.special import add_arrays_reference as add_arrays
 from .cpu.special import relu_backward_reference as relu_backward
 from .cpu.special import relu_forward_reference as relu_forward
@@ -45,6 +46,7 @@ __all__ = [
     "conv_image_weight",
     "col2im",
     "direct_layout_ok",
+    "dropout_mask",
     "im2col",
     "im2col_whole_batch",
     "layer_norm_backward",

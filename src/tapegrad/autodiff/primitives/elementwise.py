@@ -9,7 +9,7 @@ import numpy as np
 from ..backend import copy_to_device, device_of, get_device, is_array, xp_of
 from ..kernels.dispatch import kernels_for
 from . import samples as S
-from .registry import Sample, primitive, run, scratch
+from .registry import Sample, primitive, run
 
 
 def _sigmoid(x, out=None):
@@ -599,29 +599,53 @@ random_draw = primitive(
 )
 
 
-def _dropout_mask(x, p, rng, out=None, ws=None):
+def _dropout_mask(x, p, rng, out=None):
+    """A Philox mask (``kernels/cpu/random.py``) keyed by two 32-bit words drawn from ``rng``:
+    each call one draw from the generator, the mask computed on the arrays' device, the same
+    entries on every device and at any thread count."""
     _log_rng(rng)
-    dtype = x.dtype if x.dtype == np.float32 else np.float64
-    draws = scratch(ws, "host:u", x.shape, dtype, like=_HOST)  # drawn on the host: the same masks
-    rng.random(dtype=draws.dtype, out=draws)
-    if type(x) is not np.ndarray:
-        draws = _on_device(draws, scratch(ws, "u_dev", x.shape, dtype, like=x))
-    keep = np.greater_equal(draws, p, out=scratch(ws, "keep", x.shape, np.bool_, like=x))
-    return np.multiply(keep, x.dtype.type(1.0 / (1.0 - p)), out=out)
+    k0, k1 = (int(v) for v in rng.integers(0, 2**32, size=2, dtype=np.uint64))
+    dtype = x.dtype if x.dtype == np.float32 else np.dtype(np.float64)
+    xp = xp_of(x)
+    res = out if out is not None and out.flags.c_contiguous else xp.empty(x.shape, dtype)
+    threshold = min(2**32, math.ceil(float(p) * 2**32))  # a word below it drops the entry
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+    kernels_for(x).dropout_mask(k0, k1, threshold, dtype.type(scale), res)
+    if out is not None and res is not out:
+        np.copyto(out, res)  # a plan's strided buffer: entries in the array's own order
+        return out
+    return res
+
+
+def _dropout_mask_reference(x, p, rng):
+    """The mask one Python int at a time (Philox4x32-10 as published, rounds then key bumps)."""
+    k0, k1 = (int(v) for v in rng.integers(0, 2**32, size=2, dtype=np.uint64))
+    low = 0xFFFFFFFF
+    words = []
+    for j in range((x.size + 3) // 4):
+        c, ka, kb = [j & low, j >> 32, 0, 0], k0, k1
+        for _ in range(10):
+            p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+            c = [(p1 >> 32) ^ c[1] ^ ka, p1 & low, (p0 >> 32) ^ c[3] ^ kb, p0 & low]
+            ka, kb = (ka + 0x9E3779B9) & low, (kb + 0xBB67AE85) & low
+        words += c
+    u = np.array(words[: x.size], np.float64).reshape(x.shape) / 2.0**32
+    return np.where(u >= p, 1 / (1 - p), 0.0)
 
 
 dropout_mask = primitive(
     "dropout_mask",
     _dropout_mask,
     None,
-    reference=lambda x, p, rng: np.where(_PatternRandom().random(x.shape) >= p, 1 / (1 - p), 0.0),
+    reference=lambda x, p, rng: _dropout_mask_reference(x, p, _PatternRandom()),
     samples=lambda rng: [
         Sample((S.values(rng, s),), {"p": p, "rng": _PatternRandom()})
         for s, p in [((4, 5), 0.3), ((7,), 0.5)]
     ],
     effect=True,
-    doc="A mask shaped like x: 0 with probability p, else 1/(1-p), drawn from ``rng``. "
-    "Not differentiable (the product with it is).",
+    doc="A mask shaped like x: 0 with probability p, else 1/(1-p), from a counter-based "
+    "generator (Philox4x32-10) keyed by two words drawn from ``rng``. Not differentiable (the "
+    "product with it is).",
 )
 
 

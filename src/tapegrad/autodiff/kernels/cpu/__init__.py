@@ -24,6 +24,7 @@ from .norm import layer_norm_backward, layer_norm_forward, softmax_backward
 from .optim import adam_update
 from .pool import max_pool_backward, max_pool_forward
 from .products import matmul
+from .random import dropout_mask
 from .recurrent import (
     gru_backward_step,
     gru_forward_step,
@@ -64,6 +65,7 @@ __all__ = [
     "conv_image_input",
     "conv_image_weight",
     "direct_layout_ok",
+    "dropout_mask",
     "erf",
     "gelu_backward",
     "gelu_forward",
