@@ -184,3 +184,65 @@ def test_softmax_backward_kernel_matches_reference_and_threads(dtype):
     np.testing.assert_array_equal(serial, threaded)
     tol = 2e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(serial, want, rtol=tol, atol=tol)
+
+
+def _bit_ulps(a, b):
+    return np.abs(a.view(np.int32).astype(np.int64) - b.view(np.int32))
+
+
+@pytest.mark.parametrize("d", [1, 5, 8, 37, 64])
+def test_softmax_forward_kernel_within_two_ulps_and_threads(d):
+    """float32 rows (each e rounded once, the product by the sum's reciprocal once more) against
+    the float64 reference, with and without a mask repeating every P rows; the serial and
+    threaded loops give the same bits."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((300, d)) * 4).astype(np.float32)
+    keep = rng.uniform(size=(3, d)) > 0.3
+    keep[:, 0] = True
+    for mask in (None, keep):
+        k = np.ones((1, d), np.bool_) if mask is None else mask
+        serial, threaded, want = (np.empty_like(x) for _ in range(3))
+        norm._softmax_serial(x, k, k.shape[0], serial)
+        norm._softmax_parallel(x, k, k.shape[0], threaded)
+        norm.softmax_forward_reference(x, mask, want)
+        np.testing.assert_array_equal(serial, threaded)
+        assert _bit_ulps(serial, want.astype(np.float32)).max() <= 2
+        got = np.empty_like(x)
+        norm.softmax_forward(x, mask, got)
+        np.testing.assert_array_equal(got, serial)
+
+
+def test_softmax_forward_kernel_rows_with_nan_inf_or_nothing_kept_are_nan():
+    """As softmax(where(keep, x, -inf)) composed: a kept NaN, a kept +inf, or a row whose kept
+    entries are all -inf (or none kept) gives a NaN row; a kept -inf beside finite entries is 0;
+    a masked NaN or inf changes nothing."""
+    x = np.zeros((6, 4), np.float32)
+    keep = np.ones((6, 4), np.bool_)
+    x[0, 1] = np.nan
+    x[1, 2] = np.inf
+    x[2, :] = -np.inf
+    keep[3, :] = False
+    x[4, 3] = -np.inf
+    x[5, 0], keep[5, 0] = np.nan, False
+    got = np.empty_like(x)
+    norm.softmax_forward(x, keep, got)
+    assert np.isnan(got[:4]).all()
+    np.testing.assert_array_equal(got[4], np.float32([1, 1, 1, 0]) / np.float32(3))
+    np.testing.assert_array_equal(got[5], np.float32([0, 1, 1, 1]) / np.float32(3))
+
+
+def test_masked_softmax_is_the_composed_form_and_its_gradient():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3, 5, 5))
+    keep = np.tril(np.ones((5, 5), np.bool_))
+    for dtype, tol in ((np.float64, 1e-13), (np.float32, 1e-6)):
+        a = tg.tensor(x.astype(dtype), requires_grad=True)
+        b = tg.tensor(x.astype(dtype), requires_grad=True)
+        ya = tg.ops.masked_softmax(a, keep)
+        yb = tg.ops.softmax(tg.ops.where(keep, b, -np.inf), axis=-1)
+        np.testing.assert_allclose(ya.data, yb.data, rtol=tol, atol=tol)
+        cot = rng.standard_normal(x.shape).astype(dtype)
+        ya.backward(tg.tensor(cot))
+        yb.backward(tg.tensor(cot))
+        np.testing.assert_allclose(a.grad, b.grad, rtol=10 * tol, atol=10 * tol)
+        assert np.all(a.grad[..., np.triu_indices(5, 1)[0], np.triu_indices(5, 1)[1]] == 0)

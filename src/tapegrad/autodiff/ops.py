@@ -77,6 +77,7 @@ from .primitives.reduce import (  # noqa: F401
     argmin,
     log_softmax,
     logsumexp,
+    masked_softmax,
     max,
     mean,
     min,

@@ -27,6 +27,7 @@ from .cpu.by_image import conv_image_input_reference as conv_image_input
 from .cpu.by_image import conv_image_weight_reference as conv_image_weight
 from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
+from .cpu.norm import softmax_forward_reference as softmax_forward
 from .cpu.products import matmul_reference as matmul
 from .cpu.random import dropout_mask_reference as dropout_mask
 from .cpu.special import add_arrays_reference as add_arrays
@@ -56,6 +57,7 @@ __all__ = [
     "relu_forward",
     "select",
     "softmax_backward",
+    "softmax_forward",
 ]
 
 

@@ -176,6 +176,8 @@ def _max_kept(x, axis, ws):
 
 
 def _softmax_fwd(x, axis, out=None, ws=None):
+    if x.dtype == np.float32 and x.ndim and axis == x.ndim - 1:
+        return _softmax_rows(x, None, out)
     m = _max_kept(x, axis, ws)
     e = np.subtract(x, m, out=np.empty_like(x) if out is None else out)
     np.exp(e, out=e)
@@ -244,6 +246,63 @@ def _log_softmax_fwd(x, axis, out=None, ws=None):
 
 def _log_softmax_vjp(g, out, x, axis):
     return g - run(exp, out) * run(_sum, g, axis=axis, keepdims=True)
+
+
+def _softmax_rows(x, keep, out):
+    """Softmax over the last axis of a float32 array, entries where ``keep`` (a boolean array
+    broadcasting to ``x``, or None) is False left out, by the device's kernel (one pass per row
+    over numba's threads on the CPU)."""
+    xp = xp_of(x)
+    d = x.shape[-1]
+    res = out if out is not None and out.flags.c_contiguous else xp.empty(x.shape, x.dtype)
+    rows = xp.ascontiguousarray(x).reshape(-1, d)
+    if keep is not None:
+        trimmed = keep.reshape(
+            keep.shape[next((i for i, n in enumerate(keep.shape) if n != 1), keep.ndim) :]
+        )
+        if trimmed.ndim and trimmed.shape == x.shape[x.ndim - trimmed.ndim :]:
+            keep = xp.ascontiguousarray(trimmed).reshape(-1, d)  # repeats every len(keep) rows
+        else:
+            keep = xp.ascontiguousarray(xp.broadcast_to(keep, x.shape)).reshape(-1, d)
+    if rows.shape[0] and d:
+        kernels_for(x).softmax_forward(rows, keep, res.reshape(-1, d))
+    if out is not None and res is not out:
+        np.copyto(out, res)
+        return out
+    return res
+
+
+def _masked_softmax_fwd(x, keep, out=None):
+    if x.dtype == np.float32 and x.ndim:
+        return _softmax_rows(x, keep, out)
+    return _softmax_fwd(np.where(keep, x, -np.inf), x.ndim - 1, out)
+
+
+def _masked_softmax_samples(rng):
+    causal = np.tril(np.ones((4, 4), bool))
+    return [
+        Sample((S.values(rng, (2, 4, 4)), causal)),
+        Sample((S.values(rng, (3, 5)), S.values(rng, (3, 5)) > -0.5)),
+        Sample((S.values(rng, (2, 3, 4)), S.values(rng, (3, 1)) > -2)),
+    ]
+
+
+masked_softmax = primitive(
+    "masked_softmax",
+    _masked_softmax_fwd,
+    (lambda g, out, x, keep: run(softmax_backward, g, out, axis=out.ndim - 1), None),
+    reference=lambda x, keep: _reference_masked_softmax(x, keep),
+    samples=_masked_softmax_samples,
+    doc="softmax(where(keep, x, -inf)) over the last axis, ``keep`` a boolean array "
+    "broadcasting to x: attention's causal or padding mask folded into the softmax (one pass "
+    "per row for float32). A row with every entry left out is NaN, as the composed form.",
+)
+
+
+def _reference_masked_softmax(x, keep):
+    z = np.where(keep, np.asarray(x, np.float64), -np.inf)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _softmax_samples(rng):

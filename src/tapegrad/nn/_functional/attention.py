@@ -45,6 +45,9 @@ def _attend(q, k, v, keep, bias, dropout_p: float, rng, safe: bool):
     """``(softmax(q k^T + bias, masked to keep) v, weights)``; ``q`` comes scaled. ``safe``:
     rows with every key masked give zero weights instead of NaN."""
     scores = ops.matmul(q, _last_two_swapped(k))
+    if keep is not None and bias is None and not safe:
+        weights = ops.masked_softmax(scores, keep)  # the mask folded into the softmax's rows
+        return _dropped_weights_times_v(weights, v, dropout_p, rng)
     if keep is not None:
         scores = ops.where(keep, scores, -np.inf)
     if bias is not None:
@@ -54,6 +57,10 @@ def _attend(q, k, v, keep, bias, dropout_p: float, rng, safe: bool):
         weights = ops.where(valid, ops.softmax(ops.where(valid, scores, 0.0), axis=-1), 0.0)
     else:
         weights = ops.softmax(scores, axis=-1)
+    return _dropped_weights_times_v(weights, v, dropout_p, rng)
+
+
+def _dropped_weights_times_v(weights, v, dropout_p: float, rng):
     if dropout_p > 0.0:
         if dropout_p >= 1.0:
             weights = weights * 0.0

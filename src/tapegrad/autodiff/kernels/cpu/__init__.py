@@ -20,7 +20,7 @@ from .fused import (
     relu_max_pool_forward,
 )
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
-from .norm import layer_norm_backward, layer_norm_forward, softmax_backward
+from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
 from .optim import adam_update
 from .pool import max_pool_backward, max_pool_forward
 from .products import matmul
@@ -91,5 +91,6 @@ __all__ = [
     "softmax_backward",
     "softmax_ce_backward",
     "softmax_ce_forward",
+    "softmax_forward",
     "sum_rows",
 ]

@@ -50,6 +50,7 @@ from ..generic import (
     relu_forward,
     select,
     softmax_backward,
+    softmax_forward,
 )
 from .bias import add_channel_bias, add_into
 from .fused import (
@@ -120,5 +121,6 @@ __all__ = [
     "softmax_backward",
     "softmax_ce_backward",
     "softmax_ce_forward",
+    "softmax_forward",
     "sum_rows",
 ]
