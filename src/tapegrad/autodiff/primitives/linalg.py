@@ -92,15 +92,20 @@ def _matmul(a, b, out=None):
     if out is None:
         if type(a) is not np.ndarray or type(b) is not np.ndarray:
             return np.matmul(a, b)
-        try:
-            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        except ValueError:
-            raise ShapeError(
-                f"matmul: the batch dimensions of shapes {a.shape} and {b.shape} do not "
-                f"broadcast ({a.shape[:-2]} against {b.shape[:-2]})"
-            ) from None
-        out = np.empty((*batch, a.shape[-2], b.shape[-1]), np.result_type(a, b))
+        batch = () if a.ndim == b.ndim == 2 else _batch(a.shape[:-2], b.shape[:-2])
+        dtype = a.dtype if a.dtype == b.dtype else np.result_type(a, b)
+        out = np.empty((*batch, a.shape[-2], b.shape[-1]), dtype)
     return matmul_into(a, b, out)
+
+
+def _batch(a_batch, b_batch):
+    try:
+        return np.broadcast_shapes(a_batch, b_batch)
+    except ValueError:
+        raise ShapeError(
+            f"matmul: the batch dimensions {a_batch} and {b_batch} of the operands do not "
+            f"broadcast"
+        ) from None
 
 
 def matmul_into(a, b, out):

@@ -16,14 +16,18 @@ products that OpenBLAS would still thread run on the calling thread (OpenBLAS he
 the smallest, which OpenBLAS runs on the calling thread anyway, are NumPy's as they are.
 
 The pieces are chosen from the shapes alone (``_pieces``), never from the thread count, and a
-piece runs whole on one thread, so a product gives the same bits at any thread count (one
-thread runs the same pieces in order). Those bits can differ from NumPy's in the last place:
-OpenBLAS's sums depend on where a matrix is cut. Operands are read in place wherever each
-matrix is stored by rows or by columns (a transposed view is a transposed GEMM, not a copy) and
-a batch's strides collapse to at most two dimensions (other operands are copied first); a
-weight broadcast over a batch (``(..., M, K) @ (K, N)``) whose rows are evenly spaced is one
-``(rows, K) @ (K, N)`` GEMM. 1-D operands, other dtypes and a BLAS other than an ILP64 OpenBLAS
-(``gemm.AVAILABLE``) are NumPy's ``matmul``.
+piece runs whole on one thread, so a product gives the same bits at any count of two or more
+threads. With one numba thread there is no pool to share and products are NumPy's (the
+pieces' Python overhead, ~8 us a product, cost the seed presets 14-26% of a one-thread
+epoch); OpenBLAS's sums depend on where a matrix is cut, so these can differ from the pieces'
+in the last place, as NumPy's own products do between OpenBLAS's thread counts.
+
+Operands are read in place wherever each matrix is stored by rows or by columns (a transposed
+view is a transposed GEMM, not a copy) and a batch's strides collapse to at most two
+dimensions (other operands are copied first); a weight broadcast over a batch
+(``(..., M, K) @ (K, N)``) whose rows are evenly spaced is one ``(rows, K) @ (K, N)`` GEMM.
+1-D operands, other dtypes and a BLAS other than an ILP64 OpenBLAS (``gemm.AVAILABLE``) are
+NumPy's ``matmul``.
 """
 
 from __future__ import annotations
@@ -55,13 +59,17 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     Products OpenBLAS would run on the calling thread are NumPy's, and so are those up to
     ``_PARALLEL_FLOPS`` with OpenBLAS held to one thread; larger ones are cut into pieces run
     over numba's threads (see the module)."""
-    if not AVAILABLE or a.ndim < 2 or b.ndim < 2 or type(out) is not np.ndarray:
+    shape = out.shape
+    if len(shape) == 2:  # (the common case first: every Python step counts at ~10 us a product)
+        flops = 2 * shape[0] * shape[1] * a.shape[-1]
+    else:
+        flops = 2 * a.shape[-1]
+        for d in shape:
+            flops *= d
+    if flops < _MIN_FLOPS or not AVAILABLE or a.ndim < 2 or b.ndim < 2:
         return _numpy_matmul(a, b, out)
-    flops = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1]
-    for d in out.shape[:-2]:
-        flops *= d
-    if flops == 0 or flops < _MIN_FLOPS:
-        return _numpy_matmul(a, b, out)
+    if type(out) is not np.ndarray or numba.get_num_threads() == 1:
+        return _numpy_matmul(a, b, out)  # one numba thread: no pool to share
     if flops < _PARALLEL_FLOPS:
         with one_blas_thread():
             return _numpy_matmul(a, b, out)
@@ -82,13 +90,12 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 def _run(plan, a, b, out):
-    """The pieces of ``plan`` over numba's threads (in order on one), OpenBLAS on one thread.
-    (The parallel loop even for one piece: the same Python calls at any size, which tests
-    count; a product this large pays the region's few microseconds easily.)"""
+    """The pieces of ``plan`` over numba's threads, OpenBLAS on one thread. (The parallel loop
+    even for one piece: the same Python calls at any size, which tests count; a product this
+    large pays the region's few microseconds easily.)"""
     units, single, *rest = plan
-    loop = _parallel if numba.get_num_threads() > 1 else _serial
     with one_blas_thread():
-        loop(units, single, a.ctypes.data, b.ctypes.data, out.ctypes.data, *rest)
+        _parallel(units, single, a.ctypes.data, b.ctypes.data, out.ctypes.data, *rest)
     return out
 
 
@@ -100,7 +107,9 @@ def _numpy_matmul(a, b, out):
     """NumPy's matmul, a weight over a batch (``(..., M, K) @ (K, N)``) as one GEMM over all
     rows: NumPy runs a GEMM per matrix (32 of (64, 128) @ (128, 512) took 1.7x PyTorch's time).
     ``a`` is copied first where its batch does not merge into rows as a view."""
-    if b.ndim == 2 and a.ndim >= 3 and out.flags.c_contiguous and a.dtype == b.dtype == out.dtype:
+    if a.ndim < 3 or b.ndim != 2:
+        return np.matmul(a, b, out=out)
+    if out.flags.c_contiguous and a.dtype == b.dtype == out.dtype:
         np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, b.shape[-1]))
         return out
     return np.matmul(a, b, out=out)
