@@ -110,7 +110,10 @@ def _batch(a_batch, b_batch):
 
 def matmul_into(a, b, out):
     """``out[...] = a @ b`` (operands of two or more dimensions) on the kernels of their device:
-    on the CPU, large products over numba's threads (``kernels/cpu/products.py``); returns out."""
+    on the CPU, large products over numba's threads (``kernels/cpu/products.py``); returns out
+    (a new array where ``out`` is None)."""
+    if out is None:
+        return _matmul(a, b)
     return kernels_for(a, b).matmul(a, b, out)
 
 
