@@ -103,8 +103,7 @@ def _batch(a_batch, b_batch):
         return np.broadcast_shapes(a_batch, b_batch)
     except ValueError:
         raise ShapeError(
-            f"matmul: the batch dimensions {a_batch} and {b_batch} of the operands do not "
-            f"broadcast"
+            f"matmul: the batch dimensions {a_batch} and {b_batch} of the operands do not broadcast"
         ) from None
 
 
