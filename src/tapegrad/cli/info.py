@@ -17,6 +17,7 @@ def add_parser(sub) -> None:
 def cmd_info(args) -> int:
     from .. import data
     from ..autodiff.kernels.cpu.gemm import describe as describe_convolutions
+    from ..autodiff.kernels.cpu.products import describe as describe_products
     from ..blas import describe as describe_blas
     from ..blas import describe_idle
 
@@ -32,6 +33,7 @@ def cmd_info(args) -> int:
     print(f"{'machine':<10} {platform.machine()} {platform.system()}")
     print(f"{'blas':<10} {describe_blas()}")
     print(f"{'idle':<10} {describe_idle()}")
+    print(f"{'matmul':<10} {describe_products()}")
     print(f"{'conv':<10} {describe_convolutions()}")
     print(f"{'cuda':<10} {_cuda_status()}")
     print("datasets:")

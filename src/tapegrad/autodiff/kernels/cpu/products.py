@@ -89,6 +89,16 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def describe() -> str:
+    """What ``tapegrad info`` says of how matrix products run."""
+    if AVAILABLE:
+        return (
+            "from 2 MFLOP in pieces over numba's threads (NumPy's OpenBLAS on one thread per "
+            "piece); NumPy's matmul below and with one numba thread"
+        )
+    return "NumPy's matmul (NumPy's BLAS is not an ILP64 OpenBLAS, which the pieces call)"
+
+
 def _run(plan, a, b, out):
     """The pieces of ``plan`` over numba's threads, OpenBLAS on one thread. (The parallel loop
     even for one piece: the same Python calls at any size, which tests count; a product this
