@@ -257,11 +257,10 @@ def _softmax_rows(x, keep, out):
     res = out if out is not None and out.flags.c_contiguous else xp.empty(x.shape, x.dtype)
     rows = xp.ascontiguousarray(x).reshape(-1, d)
     if keep is not None:
-        trimmed = keep.reshape(
-            keep.shape[next((i for i, n in enumerate(keep.shape) if n != 1), keep.ndim) :]
-        )
-        if trimmed.ndim and trimmed.shape == x.shape[x.ndim - trimmed.ndim :]:
-            keep = xp.ascontiguousarray(trimmed).reshape(-1, d)  # repeats every len(keep) rows
+        while keep.ndim > 1 and keep.shape[0] == 1:  # leading axes it broadcasts along
+            keep = keep[0]
+        if keep.ndim and keep.shape == x.shape[x.ndim - keep.ndim :]:
+            keep = xp.ascontiguousarray(keep).reshape(-1, d)  # repeats every len(keep) rows
         else:
             keep = xp.ascontiguousarray(xp.broadcast_to(keep, x.shape)).reshape(-1, d)
     if rows.shape[0] and d:

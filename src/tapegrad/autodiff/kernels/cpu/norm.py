@@ -244,20 +244,7 @@ if numba is not None:
         for j in range(d):
             e = np.float32(_exp_nonpositive(np.float64(xr[j]) - mm))
             o[j] = e if kr[j] else np.float32(0.0)
-        d8 = d - d % 8
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0  # eight partial sums in a fixed order
-        for j in range(0, d8, 8):
-            s0 += o[j]
-            s1 += o[j + 1]
-            s2 += o[j + 2]
-            s3 += o[j + 3]
-            s4 += o[j + 4]
-            s5 += o[j + 5]
-            s6 += o[j + 6]
-            s7 += o[j + 7]
-        for j in range(d8, d):
-            s0 += o[j]
-        inv = 1.0 / (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)))
+        inv = 1.0 / _row_sum(o)  # the row's e, float64, in a fixed order
         for j in range(d):
             o[j] = o[j] * inv
 
