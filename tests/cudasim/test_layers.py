@@ -78,6 +78,40 @@ def test_dropout_draws_the_cpus_masks_on_the_device():
     np.testing.assert_array_equal(b.numpy(), a.numpy())
 
 
+def test_float32_dropout_masks_equal_the_cpus_over_many_counters():
+    """The Philox masks' array form on the device: every counter block (entry i from counter
+    i // 4), an odd size so the last block is partial, equal to the CPU kernel's bit for bit."""
+    x = np.ones((37, 1001), np.float32)
+    a = nn.functional.dropout(tg.tensor(x), 0.3, rng=np.random.default_rng(11))
+    b = nn.functional.dropout(tg.tensor(x, device="cuda"), 0.3, rng=np.random.default_rng(11))
+    assert b.device == "cuda" and b.dtype == np.float32
+    np.testing.assert_array_equal(b.numpy(), a.numpy())
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_float32_softmax_rows_on_the_device(masked):
+    """float32 softmax over the last axis (and causal attention's masked form) through the
+    device's softmax kernel, forward and gradient, against the CPU's kernel."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(3, 2, 9, 9)).astype(np.float32) * 4
+    g = rng.normal(size=x.shape).astype(np.float32)
+    keep = np.tril(np.ones((9, 9), bool))
+    results = {}
+    for device in ("cpu", "cuda"):
+        xt = tg.tensor(x, requires_grad=True, device=device)
+        if masked:
+            y = tg.ops.masked_softmax(xt, tg.tensor(keep, device=device))
+        else:
+            y = nn.functional.softmax(xt, dim=-1)
+        (y * tg.tensor(g, device=device)).sum().backward()
+        assert y.device == device
+        results[device] = (y.data, xt.grad)
+    # the gradient y (g - sum(g y)) is a difference of O(1) float32 terms: a few of their ulps
+    for (got, want), atol in zip(zip(results["cuda"], results["cpu"]), (1e-7, 1e-6)):
+        assert backend.device_of(got).name == "cuda" and got.dtype == np.float32
+        np.testing.assert_allclose(backend.to_host(got), want, rtol=2e-6, atol=atol)
+
+
 def test_losses_on_the_device():
     rng = np.random.default_rng(4)
     logits, y = rng.normal(size=(5, 3)), rng.integers(0, 3, 5)
