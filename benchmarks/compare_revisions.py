@@ -42,6 +42,20 @@ def run_epoch(src: Path, preset: str, threads: int, out: Path) -> dict:
     }
 
 
+def _medians(runs: list[dict]) -> dict:
+    """Each figure's median over the runs (None where a preset has none: a language model's
+    accuracy)."""
+    out = {}
+    for k in runs[0]:
+        values = [x[k] for x in runs if x[k] is not None]
+        out[k] = statistics.median(values) if values else None
+    return out
+
+
+def _figure(value) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base")
@@ -79,16 +93,14 @@ def main() -> None:
                     for label in ("base", "new"):
                         out = tmp / f"{preset}-{label}-{r}.json"
                         got[label].append(run_epoch(srcs[label], preset, a.threads, out))
-                med = {
-                    label: {k: statistics.median(x[k] for x in runs) for k in runs[0]}
-                    for label, runs in got.items()
-                }
+                med = {label: _medians(runs) for label, runs in got.items()}
                 b, n = med["base"], med["new"]
                 print(
                     f"| {preset} | {b['seconds']:.3f} s | {n['seconds']:.3f} s | "
                     f"{n['seconds'] / b['seconds']:.2f}x | {b['bytes_per_step']:.0f} | "
-                    f"{n['bytes_per_step']:.0f} | {b['test_accuracy']:.4f} | "
-                    f"{n['test_accuracy']:.4f} |"
+                    f"{n['bytes_per_step']:.0f} | {_figure(b['test_accuracy'])} | "
+                    f"{_figure(n['test_accuracy'])} |",
+                    flush=True,
                 )
         finally:
             for label in ("base", "new"):

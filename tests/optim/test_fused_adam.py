@@ -1,18 +1,37 @@
-"""The fused Adam loop equals the NumPy form of the update bit for bit."""
+"""The fused Adam loop equals the NumPy form of the update bit for bit, its blocks run on one
+thread or over numba's."""
 
 import itertools
 
+import numba
 import numpy as np
 import pytest
 
+from tapegrad.autodiff.kernels.cpu import optim
 from tapegrad.autodiff.kernels.cpu.optim import adam_update
+
+
+@pytest.fixture(params=["serial", "parallel"])
+def blocks(request, monkeypatch):
+    """The update's blocks on the calling thread, or over two of numba's threads."""
+    if request.param == "parallel":
+        if numba.config.NUMBA_NUM_THREADS < 2:
+            pytest.skip("numba has one thread here")
+        before = numba.get_num_threads()
+        monkeypatch.setattr(optim, "_PARALLEL_SIZE", 0)
+        numba.set_num_threads(2)
+        yield
+        numba.set_num_threads(before)
+    else:
+        monkeypatch.setattr(optim, "_PARALLEL_SIZE", 1 << 62)
+        yield
 
 
 @pytest.mark.parametrize(
     "dtype,amsgrad,wd,decoupled",
     list(itertools.product((np.float32, np.float64), (False, True), (0.0, 0.01), (False, True))),
 )
-def test_fused_adam_equals_the_numpy_form(dtype, amsgrad, wd, decoupled):
+def test_fused_adam_equals_the_numpy_form(dtype, amsgrad, wd, decoupled, blocks):
     rng = np.random.default_rng(0)
     p = rng.normal(size=(517, 9)).astype(dtype)  # more than one 2048-element block, odd sizes
     g = rng.normal(size=p.shape).astype(dtype)
