@@ -124,7 +124,7 @@ def test_info_lists_versions_and_datasets(real_data, capsys):
     conv = next(line for line in out.splitlines() if line.startswith("conv "))
     assert ("image by image" in conv) == gemm.AVAILABLE
     matmul = next(line for line in out.splitlines() if line.startswith("matmul "))
-    assert ("in pieces over numba's threads" in matmul) == gemm.AVAILABLE
+    assert ("a piece per numba thread" in matmul) == gemm.AVAILABLE
 
 
 def test_eager_flag_trains_the_same_model(real_data, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """The matrix-product kernel on numba's threads (``kernels/cpu/products.py``): NumPy's product
-(within a float's rounding of an inner product) for every layout it takes in place, the same
-bits at any thread count, and OpenBLAS's thread count given back."""
+(within a float's rounding of an inner product) for every layout it takes in place, a piece
+per thread, the same bits on one thread as over the pool, and OpenBLAS's thread count given
+back."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_views_of_attention_are_read_in_place():
     q, k, _ = qkv.transpose(2, 0, 3, 1, 4)
     kt = np.swapaxes(k, -1, -2)
     out = np.empty((8, 4, 64, 64), np.float32)
-    plan = P._plan(q, kt, out)
+    plan = P._plan(q, kt, out, 2)
     assert plan is not None and plan[0] == 8 * 4  # units: one per matrix
     P.matmul(q, kt, out)
     _assert_product(out, q, kt)
@@ -71,9 +72,18 @@ def test_views_of_attention_are_read_in_place():
 def test_a_weight_over_a_batch_is_one_split_gemm():
     a = np.ones((32, 64, 128), np.float32)
     w = np.ones((128, 512), np.float32)
-    plan = P._plan(a, w, np.empty((32, 64, 512), np.float32))
+    plan = P._plan(a, w, np.empty((32, 64, 512), np.float32), 2)
     units, m, pieces = plan[0], plan[7], plan[17]
-    assert m == 32 * 64 and units == pieces > 1
+    assert m == 32 * 64 and units == pieces == 2
+
+
+def test_a_piece_per_thread_unless_too_small():
+    assert P._pieces(2048, 128, 512, 2) == (2, 1024, True)
+    assert P._pieces(2048, 128, 512, 4) == (4, 512, True)
+    assert P._pieces(128, 784, 100, 3) == (3, 262, False)  # columns, when fewer rows
+    assert P._pieces(100, 100, 150, 8)[0] == 1  # 3 MFLOP: pieces of >= 2 MFLOP
+    assert P._pieces(40, 5000, 2000, 8) == (8, 625, False)
+    assert P._pieces(20, 40, 5000, 8) == (2, 20, False)  # pieces of >= 16 columns
 
 
 def test_what_it_does_not_take_is_numpys():
@@ -84,9 +94,9 @@ def test_what_it_does_not_take_is_numpys():
     got = np.empty((400, 400), ints.dtype)
     P.matmul(ints, ints, got)
     assert np.array_equal(got, ints @ ints)  # integers stay integers
-    assert P._plan(ints, ints, got) is None
+    assert P._plan(ints, ints, got, 2) is None
     strided = np.ones((400, 800), np.float32)[:, ::2]  # neither by rows nor by columns
-    assert P._plan(strided, strided, np.empty((400, 400), np.float32)) is None
+    assert P._plan(strided, strided, np.empty((400, 400), np.float32), 2) is None
     res = np.empty((400, 400), np.float32)
     P.matmul(strided, strided, res)  # taken after a contiguous copy
     assert np.all(res == 400)
@@ -111,19 +121,19 @@ def test_non_finite_entries_propagate_as_numpys():
     assert np.array_equal(out, want, equal_nan=True)
 
 
-def test_the_same_bits_at_any_thread_count():
-    """Pieces come from the shapes alone: the serial loop (one thread) and the parallel one give
-    the same bits, and so does the public call on every thread; on one numba thread the call is
-    NumPy's product."""
+def test_the_same_bits_on_one_thread_as_over_the_pool():
+    """A plan's pieces give the same bits whether the serial loop (one thread) or the parallel
+    one runs them, and the public call gives them; on one numba thread the call is NumPy's."""
     rng = np.random.default_rng(3)
     for shapes in SHAPES[:4]:
         a, b = _case(rng, *shapes, np.float32, b_cols=True)
         want = np.matmul(a, b)
         _assert_product(P.matmul(a, b, np.empty_like(want)), a, b)
         outs = []
+        threads = max(2, numba.get_num_threads())
         for loop in (P._serial, P._parallel):
             out = np.empty_like(want)
-            units, single, *rest = P._plan(a, b, out)
+            units, single, *rest = P._plan(a, b, out, threads)
             with gemm.one_blas_thread():
                 loop(units, single, a.ctypes.data, b.ctypes.data, out.ctypes.data, *rest)
             outs.append(out)

@@ -15,12 +15,15 @@ for the kernels around them (whose idle workers spin briefly: ``tapegrad/blas.py
 products that OpenBLAS would still thread run on the calling thread (OpenBLAS held to one);
 the smallest, which OpenBLAS runs on the calling thread anyway, are NumPy's as they are.
 
-The pieces are chosen from the shapes alone (``_pieces``), never from the thread count, and a
-piece runs whole on one thread, so a product gives the same bits at any count of two or more
-threads. With one numba thread there is no pool to share and products are NumPy's (the
-pieces' Python overhead, ~8 us a product, cost the seed presets 14-26% of a one-thread
-epoch); OpenBLAS's sums depend on where a matrix is cut, so these can differ from the pieces'
-in the last place, as NumPy's own products do between OpenBLAS's thread counts.
+A product is cut into as many pieces as numba has threads (``_pieces``; fewer where a piece
+would fall under ~2 MFLOP or 16 rows), each run whole on one thread: every piece packs the
+other operand again, so more pieces than threads only cost (cutting into up to eight whatever
+the thread count took 5-26% longer on two threads for products of 20-270 MFLOP, BENCHMARKS.md,
+*One thread pool*). A product gives the same bits run after run at a thread count; OpenBLAS's
+sums depend on where a matrix is cut, so they can differ in the last place between thread
+counts, as NumPy's own products do between OpenBLAS's thread counts. With one numba thread
+there is no pool to share and products are NumPy's (the pieces' Python overhead, ~8 us a
+product, cost the seed presets 14-26% of a one-thread epoch).
 
 Operands are read in place wherever each matrix is stored by rows or by columns (a transposed
 view is a transposed GEMM, not a copy) and a batch's strides collapse to at most two
@@ -45,11 +48,10 @@ except ImportError:  # pragma: no cover
 # wakes its workers, so this module takes over (a batch of small products counts as one)
 _MIN_FLOPS = 2 * 262144
 _PARALLEL_FLOPS = 1 << 21  # from ~2 MFLOP (~20 us on one core) numba's threads share a product
-_UNIT_FLOPS = 1 << 21  # a matrix is split into pieces of at least ~2 MFLOP...
-_MIN_SIDE = 16  # ...and at least 16 rows or columns...
-_MAX_PIECES = 8  # ...and into at most 8 (each piece packs the other operand again)
+_UNIT_FLOPS = 1 << 21  # a matrix is split into a piece per thread of at least ~2 MFLOP...
+_MIN_SIDE = 16  # ...and at least 16 rows or columns
 _NO_TRANS, _TRANS = 111, 112
-_PLANS: dict = {}  # (shapes, strides, dtype) -> the loop's arguments but the addresses
+_PLANS: dict = {}  # (shapes, strides, dtype, threads) -> the loop's arguments but the addresses
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -68,19 +70,20 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
             flops *= d
     if flops < _MIN_FLOPS or not AVAILABLE or a.ndim < 2 or b.ndim < 2:
         return _numpy_matmul(a, b, out)
-    if type(out) is not np.ndarray or numba.get_num_threads() == 1:
+    threads = numba.get_num_threads() if type(out) is np.ndarray else 1
+    if threads == 1:
         return _numpy_matmul(a, b, out)  # one numba thread: no pool to share
     if flops < _PARALLEL_FLOPS:
         with one_blas_thread():
             return _numpy_matmul(a, b, out)
-    plan = _plan(a, b, out)
+    plan = _plan(a, b, out, threads)
     if plan is not None:
         return _run(plan, a, b, out)
     # an operand stored neither by rows nor by columns, a batch that does not collapse:
     # contiguous copies rather than OpenBLAS's pool
     a2, b2 = np.ascontiguousarray(a), np.ascontiguousarray(b)
     out2 = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
-    plan = _plan(a2, b2, out2)
+    plan = _plan(a2, b2, out2, threads)
     if plan is None:
         return _numpy_matmul(a, b, out)
     _run(plan, a2, b2, out2)
@@ -93,7 +96,7 @@ def describe() -> str:
     """What ``tapegrad info`` says of how matrix products run."""
     if AVAILABLE:
         return (
-            "from 2 MFLOP in pieces over numba's threads (NumPy's OpenBLAS on one thread per "
+            "from 2 MFLOP a piece per numba thread (NumPy's OpenBLAS on one thread per "
             "piece); NumPy's matmul below and with one numba thread"
         )
     return "NumPy's matmul (NumPy's BLAS is not an ILP64 OpenBLAS, which the pieces call)"
@@ -167,37 +170,32 @@ def _collapse(batch, strides):
     return [n for n, _ in merged], [[st[j] for _, st in merged] for j in range(len(strides))]
 
 
-def _pieces(m: int, n: int, k: int) -> tuple[int, int, bool]:
-    """(pieces, their size, split by rows) of one ``(m, k) @ (k, n)`` product: a power of two
-    pieces, from the shape alone."""
+def _pieces(m: int, n: int, k: int, threads: int) -> tuple[int, int, bool]:
+    """(pieces, their size, split by rows) of one ``(m, k) @ (k, n)`` product on ``threads``
+    threads: a piece per thread, fewer where they would fall under ``_UNIT_FLOPS`` or
+    ``_MIN_SIDE`` rows (or columns)."""
     by_rows = m >= n
     side = m if by_rows else n
-    flops = 2 * m * n * k
-    pieces = 1
-    while (
-        pieces * 2 <= _MAX_PIECES
-        and flops // (pieces * 2) >= _UNIT_FLOPS
-        and side // (pieces * 2) >= _MIN_SIDE
-    ):
-        pieces *= 2
+    pieces = max(1, min(threads, 2 * m * n * k // _UNIT_FLOPS, side // _MIN_SIDE))
     size = -(-side // pieces)
     return -(-side // size), size, by_rows
 
 
-def _plan(a, b, out):
+def _plan(a, b, out, threads: int):
     """The parallel loop's arguments but the three addresses (``(units, single, ta, ...)``), or
-    None where this module does not take the product (see the module). Cached by layout."""
+    None where this module does not take the product (see the module). Cached by layout and
+    thread count."""
     key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, a.dtype, b.dtype,
-           out.dtype)  # fmt: skip
+           out.dtype, threads)  # fmt: skip
     plan = _PLANS.get(key, False)
     if plan is False:
         if len(_PLANS) > 4096:
             _PLANS.clear()
-        plan = _PLANS[key] = _layout_plan(a, b, out)
+        plan = _PLANS[key] = _layout_plan(a, b, out, threads)
     return plan
 
 
-def _layout_plan(a, b, out):
+def _layout_plan(a, b, out, threads: int):
     if not (
         type(a) is np.ndarray
         and type(b) is np.ndarray
@@ -227,7 +225,7 @@ def _layout_plan(a, b, out):
         return None
     while len(sizes) < 2:
         sizes, sa, sb, sc = [1, *sizes], [0, *sa], [0, *sb], [0, *sc]
-    pieces, size, by_rows = _pieces(m, n, k)
+    pieces, size, by_rows = _pieces(m, n, k, threads)
     units = sizes[0] * sizes[1] * pieces
     return (units, isz == 4, ta, lda, tb, ldb, ldc, m, n, k, sizes[1], sa[0], sa[1], sb[0],
             sb[1], sc[0], sc[1], pieces, size, by_rows, isz)  # fmt: skip
