@@ -35,10 +35,15 @@ def test_readme_python_blocks_run():
 # this AMD Zen 5, SkylakeX's on AVX-512 Intel chips) and splits a product by its thread count;
 # another choice of either moves the figures of the second epoch (97.45% test accuracy with
 # SkylakeX's kernels, 97.34% with Haswell's; one thread moves the first epoch's too). So the
-# sample is made and checked with both pinned. numba's kernels and NumPy's own loops measured
-# the same bits on every setting tried (NUMBA_CPU_NAME=generic, one numba thread, NumPy's
-# AVX-512 loops disabled), so they are left as they are.
-PINNED_BLAS = {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "2"}
+# sample is made and checked with both pinned. Products of 2 MFLOP and more are cut into a piece
+# per numba thread (``kernels/cpu/products.py``), so numba's thread count is pinned too (two:
+# the sample's machine). numba's other kernels and NumPy's own loops measured the same bits on
+# every setting tried (NUMBA_CPU_NAME=generic, NumPy's AVX-512 loops disabled).
+PINNED_BLAS = {
+    "OPENBLAS_CORETYPE": "Haswell",
+    "OPENBLAS_NUM_THREADS": "2",
+    "NUMBA_NUM_THREADS": "2",
+}
 _BLAS_CORE = """
 import ctypes
 import numpy
