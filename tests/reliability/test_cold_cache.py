@@ -211,3 +211,39 @@ def test_eight_processes_starting_together_on_an_empty_cache():
     assert res["exit_codes"] == {"0": 18} and res["distinct_results"] == 1, res
     cpu = sum(r["cpu_seconds"] for r in res["details"])
     print(f"\n2 rounds of 8 cold starts: {took:.1f} s, {cpu:.1f} CPU s; all exit 0, one result")
+
+
+_LOOPS = """
+import numpy as np
+from tapegrad.autodiff.kernels.cpu import optim, products
+n = 1 << 16
+p, g, m, v = (np.ones(n, np.float32) for _ in range(4))
+scratch = (np.empty(n, np.float32), np.empty(n, np.float32))
+kw = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0, decoupled=False, step=1)
+optim.adam_update(p, g, m, v, None, scratch, **kw)
+a = np.ones((256, 256), np.float32)
+products.matmul(a, a, np.empty_like(a))
+for loop in (optim._adam_parallel, products._parallel):
+    print(loop.stats.cache_hits and "hit" or "compiled")
+"""
+
+
+def test_the_parallel_loops_load_from_the_cache_in_a_second_process(tmp_path):
+    """``split_loops``' loops close over their body; numba's key for a closure pickles it, and
+    a dispatcher pickles differently in every process: the loops were compiled again by every
+    process (1-3 s each) and the cache grew by an entry each time. Keyed by the body's name and
+    source, the second process loads them."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="2")
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _LOOPS], env=env, capture_output=True, text=True, timeout=300
+        )
+        for _ in range(2)
+    ]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout.split() == ["compiled", "compiled"]
+    assert runs[1].stdout.split() == ["hit", "hit"]
+    indexes = sorted(tmp_path.rglob("loops.split_loops.locals.parallel-*.nbi"))
+    data = sorted(tmp_path.rglob("loops.split_loops.locals.parallel-*.nbc"))
+    assert len(indexes) == 1 and len(data) == 2, data  # one entry per body, not per process

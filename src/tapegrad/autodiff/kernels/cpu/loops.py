@@ -9,9 +9,40 @@ the two give the same bits whatever the thread count; a kernel picks one by size
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+
 import numba
 
 from ..jit import cached_jit
+
+
+def _keyed_by_body(loops: tuple, body, opts: dict) -> tuple:
+    """``loops`` with their disk cache keyed by ``body``'s name and source file.
+
+    numba keys a cached closure by its closed-over values, pickled; a dispatcher pickles with a
+    random per-process UUID (and the OpenBLAS externals a kernel calls pickle differently in
+    each process), so these loops never found their cached code: every process compiled each
+    loop again on its first call (1-3 s apiece) and added one more entry to the cache. The key
+    is the loop's bytecode, the body's module, name and options, and a hash of the body's
+    source file, so an edited body gets new loops (numba's own cache follows a function's file
+    likewise)."""
+    py = body.py_func
+    with open(inspect.getsourcefile(py), "rb") as f:
+        source = hashlib.sha256(f.read()).hexdigest()
+    identity = f"{py.__module__}.{py.__qualname__}:{sorted(opts.items())!r}:{source}"
+    for loop in loops:
+        cache = getattr(loop, "_cache", None)
+        if cache is None or not hasattr(cache, "_index_key"):  # pragma: no cover - no disk cache
+            continue
+
+        def index_key(sig, codegen, loop=loop):
+            code = hashlib.sha256(loop.py_func.__code__.co_code).hexdigest()
+            key = hashlib.sha256(identity.encode()).hexdigest()
+            return (sig, codegen.magic_tuple(), (code, key))
+
+        cache._index_key = index_key
+    return loops
 
 
 def split_loops(body, **opts):
@@ -27,7 +58,7 @@ def split_loops(body, **opts):
         for i in numba.prange(n):
             body(*args, i)
 
-    return serial, parallel
+    return _keyed_by_body((serial, parallel), body, opts)
 
 
 def thread_loops(body, **opts):
@@ -45,7 +76,7 @@ def thread_loops(body, **opts):
         for i in numba.prange(n):
             body(numba.get_thread_id(), *args, i)
 
-    return serial, parallel
+    return _keyed_by_body((serial, parallel), body, opts)
 
 
 def threaded(slices: int, size: int, min_size: int) -> bool:
