@@ -31,17 +31,13 @@ def _keyed_by_body(loops: tuple, body, opts: dict) -> tuple:
     with open(inspect.getsourcefile(py), "rb") as f:
         source = hashlib.sha256(f.read()).hexdigest()
     identity = f"{py.__module__}.{py.__qualname__}:{sorted(opts.items())!r}:{source}"
+    body_key = hashlib.sha256(identity.encode()).hexdigest()
     for loop in loops:
         cache = getattr(loop, "_cache", None)
         if cache is None or not hasattr(cache, "_index_key"):  # pragma: no cover - no disk cache
             continue
-
-        def index_key(sig, codegen, loop=loop):
-            code = hashlib.sha256(loop.py_func.__code__.co_code).hexdigest()
-            key = hashlib.sha256(identity.encode()).hexdigest()
-            return (sig, codegen.magic_tuple(), (code, key))
-
-        cache._index_key = index_key
+        keys = (hashlib.sha256(loop.py_func.__code__.co_code).hexdigest(), body_key)
+        cache._index_key = lambda sig, codegen, keys=keys: (sig, codegen.magic_tuple(), keys)
     return loops
 
 
