@@ -246,11 +246,21 @@ class Optimizer:
                 loss = closure()
         trace = active_trace()
         if trace is None:
-            for group, index, p in self._with_grads():
-                self._update_primitive.forward(p.data, p._grad, opt=self, group=group, index=index)
+            for group, offset in zip(self.param_groups, self._offsets):
+                self._update_group(group, offset)
         else:
             self._record_step(trace)
         return loss
+
+    def _update_group(self, group: dict, offset: int) -> None:
+        """The eager updates of one group's parameters that have a gradient (``offset``: the
+        index of its first): one update primitive call each (Adam calls its kernel straight,
+        sparing each parameter the primitive's chain of calls, to the same bits)."""
+        for j, p in enumerate(group["params"]):
+            if p._grad is not None:
+                self._update_primitive.forward(
+                    p.data, p._grad, opt=self, group=group, index=offset + j
+                )
 
     def _with_grads(self):
         """(group, index, parameter) of each parameter that has a gradient, in order."""
@@ -281,6 +291,11 @@ class Optimizer:
     def _update_param(self, idx: int, group: dict, data: np.ndarray, grad) -> None:
         """Parameter ``idx``'s update (its array ``data``, its gradient ``grad``), in place:
         the body of every update primitive."""
+        state = self._param_state(idx, group, data, grad)
+        self._update(data, grad, state, group, self._scratch(idx, data))
+
+    def _param_state(self, idx: int, group: dict, data: np.ndarray, grad) -> dict:
+        """Parameter ``idx``'s state, made on its first update, after checking its gradient."""
         if grad is None:
             raise ValueError(
                 f"{self._name}: parameter {idx} has no gradient at this point of a compiled "
@@ -297,7 +312,7 @@ class Optimizer:
             state = self.state[idx] = self._init_state(data, grad, group)
         elif type(data) is not np.ndarray:
             _follow(state, data)
-        self._update(data, grad, state, group, self._scratch(idx, data))
+        return state
 
     def _scratch(self, idx: int, data: np.ndarray) -> tuple[np.ndarray, ...]:
         """``_n_scratch`` temporaries shaped like ``data``: views of one buffer per dtype."""

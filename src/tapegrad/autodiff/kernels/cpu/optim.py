@@ -106,25 +106,23 @@ def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupl
     moments ``m``, ``v`` (``vmax`` the AMSGrad maximum, or None), all in place; ``scratch``
     (two arrays shaped like ``p``) serves the NumPy form when the loop cannot take the arrays."""
     args = adam_scalars(p.dtype, lr, beta1, beta2, eps, wd, decoupled, step)
-    arrays = (p, g, m, v) + ((vmax,) if vmax is not None else ())
-    flat = numba is not None and all(
-        a.flags.c_contiguous and a.dtype == p.dtype and a.shape == p.shape for a in arrays
-    )
-    if not flat:
+    if not _flat(p, g, m, v, vmax):
         adam_reference(p, g, m, v, vmax, *args, scratch)
         return
-    vm = vmax.reshape(-1) if vmax is not None else v.reshape(-1)
+    vf = v.reshape(-1)
+    vm = vf if vmax is None else vmax.reshape(-1)
     blocks = -(-p.size // _BLOCK)
     run = (
         _adam_parallel if p.size >= _PARALLEL_SIZE and numba.get_num_threads() > 1 else _adam_serial
     )
-    run(
-        blocks,
-        p.reshape(-1),
-        g.reshape(-1),
-        m.reshape(-1),
-        v.reshape(-1),
-        vm,
-        vmax is not None,
-        *args,
-    )
+    run(blocks, p.reshape(-1), g.reshape(-1), m.reshape(-1), vf, vm, vmax is not None, *args)
+
+
+def _flat(p, g, m, v, vmax) -> bool:
+    """Whether the loop takes these arrays: C-contiguous, all of p's shape and dtype."""
+    if numba is None:
+        return False
+    for a in (p, g, m, v) if vmax is None else (p, g, m, v, vmax):
+        if not a.flags.c_contiguous or a.dtype != p.dtype or a.shape != p.shape:
+            return False
+    return True
