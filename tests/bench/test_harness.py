@@ -356,3 +356,20 @@ def test_first_epoch_note_needs_a_warm_run():
     s = summarise([run], steps_mode=False)
     assert s["first"]["median"] == 9.0 and s["first_cold"]["median"] == 9.0
     assert first_epoch_note({"unit": "epoch", "summary": {"tapegrad": s}}) is None
+
+
+def test_a_short_run_is_judged_on_its_mean_training_loss_not_its_test_accuracy():
+    """Under an epoch the test accuracy hangs on rounding (resnet: one ulp moved it 11 points),
+    so a short run compares the mean training loss over the run, within 2% relative."""
+
+    def run(acc, mean_loss):
+        return {"first_loss": 2.3025851, "test_accuracy": acc, "final_loss": mean_loss}
+
+    apart = {"tapegrad": run(0.5459, 1.3597), "torch": run(0.4255, 1.3557)}
+    assert len(check_agreement(apart, band_points=1.5)) == 1  # a whole-epoch run: accuracy
+    assert check_agreement(apart, band_points=1.5, short=True) == []
+    off = {"tapegrad": run(0.5459, 1.3597), "torch": run(0.5459, 1.40)}  # 2.9% apart
+    (failure,) = check_agreement(off, band_points=1.5, short=True)
+    assert "tapegrad 1.3597 vs torch 1.4000" in failure and "> 2%" in failure
+    nan = {"tapegrad": run(0.5, 1.3597), "torch": run(0.5, math.nan)}
+    assert len(check_agreement(nan, band_points=1.5, short=True)) == 1

@@ -4,7 +4,7 @@ with the FLOP floor and the notes a reader needs (see :func:`format_table`)."""
 from __future__ import annotations
 
 from . import selfcheck
-from .summary import LM_LOSS_BAND
+from .summary import agreement_terms
 
 
 def _score(result: dict) -> str:
@@ -113,13 +113,8 @@ def format_table(result: dict) -> str:
     g = result["guard"]
     if g["passed"]:
         lines.append(
-            f"guard: passed (first-step losses within {g['loss_rtol']:g} relative, test "
-            + (
-                f"accuracies within {g['accuracy_band_points']:g} points)"
-                if result["summary"]["tapegrad"]["test_accuracy"] is not None
-                else f"validation losses within {LM_LOSS_BAND:g} nats; dropout: losses of "
-                f"the first batch in evaluation mode)"
-            )
+            f"guard: passed (first-step losses within {g['loss_rtol']:g} relative, "
+            f"{agreement_terms(g, result['summary'])})"
         )
     else:
         lines.extend(f"guard FAILED: {f}" for f in g["failures"])
