@@ -40,7 +40,8 @@ def test_every_cached_kernel_holds_the_compile_lock():
         importlib.import_module(f"{kernels.__name__}.{m.name}")
         for m in pkgutil.iter_modules(kernels.__path__)
     ]
-    found = [d for m in modules for d in _dispatchers(m)] + list(window_kernels(2, 2, 2, 2, 1, 1))
+    found = [d for m in modules for d in _dispatchers(m)]
+    found += [d for f in window_kernels(2, 2, 2, 2, 1, 1) for d in f.kernels]
     cached = [d for d in found if d._cache.__class__.__name__ != "NullCache"]
     assert len(cached) >= 20, len(cached)
     unlocked = [d.py_func.__qualname__ for d in cached if not getattr(d, "_tapegrad_locked", 0)]

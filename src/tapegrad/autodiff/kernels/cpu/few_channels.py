@@ -158,53 +158,53 @@ if numba is not None:
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _weight_chunk(t, x, g, shifts, parts, xps, gps, accs, ph, pw, size, k):  # pragma: no cover
         """parts[k] (O, C*KH*KW) <- the sum over chunk k's images of their gradients."""
-        xp, gp, acc = xps[t], gps[t], accs[t]  # acc: (O*taps, OH*WP) partial sums
-        acc[...] = 0
-        gp[...] = 0  # the entries past OW stay zero
+        xs, gp, acc = xps[t], gps[t], accs[t]  # acc: (taps, OH*WP) partial sums of one o
         o_, taps = parts.shape[1], parts.shape[2]
         oh, ow = g.shape[2], g.shape[3]
-        wp = xp.shape[2]
+        wp = xs.shape[3]
         length = oh * wp
-        flat = xp.ravel()
         first = k * size
-        for n in range(first, min(x.shape[0], first + size)):
-            _fill(x, n, xp, ph, pw)
-            if _finite(x[n].ravel()):
-                # at the padded width: the entries past OW multiply zeros of gp
-                for o in range(o_):
+        count = min(x.shape[0], first + size) - first
+        finite = np.empty(count, np.bool_)
+        for m in range(count):  # the chunk's padded images, read by every o below
+            _fill(x, first + m, xs[m], ph, pw)
+            finite[m] = _finite(x[first + m].ravel())
+        gr = gp[:length]
+        gr[...] = 0  # the entries past OW stay zero
+        for o in range(o_):
+            acc[...] = 0
+            for m in range(count):
+                flat = xs[m].ravel()
+                if finite[m]:  # at the padded width: the entries past OW multiply zeros
                     for i in range(oh):
-                        src = g[n, o, i]
-                        dst = gp[o, i * wp : i * wp + ow]
+                        src = g[first + m, o, i]
+                        dst = gr[i * wp : i * wp + ow]
                         for j in range(ow):
                             dst[j] = src[j]
-                for o in range(o_):
-                    gr = gp[o, :length]
                     for tap in range(taps):
-                        row = acc[o * taps + tap, :length]
+                        row = acc[tap, :length]
                         run = flat[shifts[tap] : shifts[tap] + length]
                         for q in range(length):
                             row[q] += gr[q] * run[q]
-            else:  # only the positions a window reads: inf and NaN reach what they should
-                for o in range(o_):
+                else:  # only the positions a window reads: inf and NaN reach what they should
                     for tap in range(taps):
                         for i in range(oh):
-                            gr = g[n, o, i]
-                            row = acc[o * taps + tap, i * wp : i * wp + ow]
+                            src = g[first + m, o, i]
+                            row = acc[tap, i * wp : i * wp + ow]
                             run = flat[shifts[tap] + i * wp : shifts[tap] + i * wp + ow]
                             for j in range(ow):
-                                row[j] += gr[j] * run[j]
-        # each row's sum, by halving (vectorised adds, in a fixed order)
-        n_ = length
-        while n_ > 1:
-            half = n_ // 2
-            for r in range(acc.shape[0]):
-                lo, hi = acc[r, :half], acc[r, n_ - half : n_]
-                for q in range(half):
-                    lo[q] += hi[q]
-            n_ -= half
-        for o in range(o_):
+                                row[j] += src[j] * run[j]
+            # each row's sum, by halving (vectorised adds, in a fixed order)
+            n_ = length
+            while n_ > 1:
+                half = n_ // 2
+                for tap in range(taps):
+                    lo, hi = acc[tap, :half], acc[tap, n_ - half : n_]
+                    for q in range(half):
+                        lo[q] += hi[q]
+                n_ -= half
             for tap in range(taps):
-                parts[k, o, tap] = acc[o * taps + tap, 0]
+                parts[k, o, tap] = acc[tap, 0]
 
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
     _input, _input_parallel = thread_loops(_input_image, **_opts)
@@ -285,9 +285,9 @@ def weight_grad(x, g, gw, padding, scratch=None) -> None:
     shape = _padded(x.shape, gw.shape, g.shape[2:])
     length = g.shape[2] * shape[2]
     taps = gw[0].size
-    xps = _buffers(scratch, "few_xp", threads, shape, x.dtype)
-    gps = _buffers(scratch, "few_gp", threads, (o, length), x.dtype)
-    accs = _buffers(scratch, "few_acc", threads, (o * taps, length), x.dtype)
+    xps = _buffers(scratch, "few_xps", threads, (size, *shape), x.dtype)
+    gps = _buffers(scratch, "few_gp", threads, (length,), x.dtype)
+    accs = _buffers(scratch, "few_acc", threads, (taps, length), x.dtype)
     parts_shape = (chunks, o, taps)
     parts = np.empty(parts_shape, x.dtype) if scratch is None else scratch("few_parts", parts_shape)
     run = _weight_parallel if threads > 1 else _weight

