@@ -12,6 +12,7 @@ import pytest
 from tapegrad import blas
 
 AVX512_HERE = blas.AVX512 <= blas._cpu_flags()
+_BEFORE = os.environ.get("OPENBLAS_CORETYPE")  # as this module found it
 
 
 def _run(code: str, **env_changes) -> str:
@@ -53,13 +54,22 @@ def test_numpy_loaded_first_is_left_alone():
     [(blas.AVX512 | {"sse2"}, "SkylakeX"), ({"avx2", "avx512f"}, None), (set(), None)],
 )
 def test_the_choice_needs_every_subset_the_kernels_use(monkeypatch, flags, expected):
-    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    # set, then deleted: either way the teardown restores the variable as it was (a bare
+    # delenv of an unset variable records nothing, and prefer_avx512's SkylakeX then leaked
+    # into every later child process of this worker: SIGILL on a CPU without AVX-512)
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "")
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
     monkeypatch.setattr(blas, "_cpu_flags", lambda: frozenset(flags))
     monkeypatch.setattr(blas.platform, "system", lambda: "Linux")
     monkeypatch.setattr(blas.platform, "machine", lambda: "x86_64")
     monkeypatch.delitem(sys.modules, "numpy")  # restored after the test
     assert blas.prefer_avx512() == expected
     assert os.environ.get("OPENBLAS_CORETYPE") == expected
+
+
+def test_the_choice_test_leaves_the_environment_as_it_found_it():
+    """Runs after the cases above in one process (pytest keeps a module's order)."""
+    assert os.environ.get("OPENBLAS_CORETYPE") == _BEFORE
 
 
 IDLE = (
