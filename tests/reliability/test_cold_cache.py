@@ -40,8 +40,7 @@ def test_every_cached_kernel_holds_the_compile_lock():
         importlib.import_module(f"{kernels.__name__}.{m.name}")
         for m in pkgutil.iter_modules(kernels.__path__)
     ]
-    found = [d for m in modules for d in _dispatchers(m)]
-    found += [d for f in window_kernels(2, 2, 2, 2, 1, 1) for d in f.kernels]
+    found = [d for m in modules for d in _dispatchers(m)] + list(window_kernels(2, 2, 2, 2, 1, 1))
     cached = [d for d in found if d._cache.__class__.__name__ != "NullCache"]
     assert len(cached) >= 20, len(cached)
     unlocked = [d.py_func.__qualname__ for d in cached if not getattr(d, "_tapegrad_locked", 0)]
@@ -248,37 +247,3 @@ def test_the_parallel_loops_load_from_the_cache_in_a_second_process(tmp_path):
     indexes = sorted(tmp_path.rglob("loops.split_loops.locals.parallel-*.nbi"))
     data = sorted(tmp_path.rglob("loops.split_loops.locals.parallel-*.nbc"))
     assert len(indexes) == 1 and len(data) == 2, data  # one entry per body, not per process
-
-
-_POOLS = """
-import sys
-import numpy as np
-from tapegrad.autodiff.kernels.cpu import pool
-rng = np.random.default_rng(0)
-x = rng.standard_normal((64, 12, 12)).astype(np.float32)
-geometries = [(2, 2, 2, 2), (3, 3, 1, 1), (2, 3, 2, 1)]
-for kh, kw, sh, sw in geometries[:: int(sys.argv[1])]:
-    want, want_arg = (np.empty((64, (12 - kh) // sh + 1, (12 - kw) // sw + 1), t) for t in
-                      (np.float32, np.uint8))
-    pool.max_pool_forward_reference(x, (kh, kw), (sh, sw), want, want_arg)
-    fwd, bwd = pool.window_kernels(kh, kw, sh, sw, 1, 1)
-    got, got_arg = np.empty_like(want), np.empty_like(want_arg)
-    fwd(x, got, got_arg, False)
-    assert np.array_equal(got, want) and np.array_equal(got_arg, want_arg), (kh, kw, sh, sw)
-print("ok")
-"""
-
-
-def test_pooling_loops_of_each_window_load_their_own_code(tmp_path):
-    """Pooling's plane loops are made per window geometry from one body (its window closed over
-    as constants), so their disk-cache key names the constants too: a second process asking
-    for the geometries in the other order loads each its own code, not another window's."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="2")
-    for order in ("1", "-1"):
-        done = subprocess.run(
-            [sys.executable, "-c", _POOLS, order], env=env, capture_output=True, text=True,
-            timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0 and done.stdout.split() == ["ok"], done.stderr
-    data = sorted(tmp_path.rglob("loops.split_loops.locals.serial-*.nbc"))
-    assert len(data) == 3, data  # one serial loop per geometry

@@ -42,6 +42,8 @@ __all__ = [
     "batch_stats",
     "conv_backward",
     "conv_by_image",
+    "conv_few_channels",
+    "conv_few_forward",
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",
@@ -124,6 +126,17 @@ def conv_by_image(dtype, channels_per_group: int, groups: int, ndim: int) -> boo
     """No image-by-image convolutions here (their kernels call the CPU's BLAS from numba's
     threads); ``conv_image_*`` are the whole-batch array operations, for a direct call."""
     return False
+
+
+def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation) -> bool:
+    """No few-channel forward loops here (``conv_few_forward`` is the whole-batch array
+    operations, for a direct call)."""
+    return False
+
+
+def conv_few_forward(x, w, res, padding, scratch=None) -> None:
+    """conv(x, w) at stride 1 into ``res`` (the columns and one product)."""
+    conv_image_forward(x, w, res, (1, 1), padding, (1, 1))
 
 
 def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:

@@ -122,6 +122,9 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
                 x, w, res, stride, L.tops(padding), dilation, _kernel_scratch(ws, x)
             )
             kept = ()
+        elif L.few_channels(x, w, groups, stride, dilation) and res.flags.c_contiguous:
+            kernels_for(x).conv_few_forward(x, w, res, L.tops(padding), _kernel_scratch(ws, x))
+            kept = ()
         else:
             batch = L.whole_batch(x, w.shape[1], len(ksize))
             if saved is None:

@@ -35,6 +35,16 @@ def by_image(a, w, groups: int) -> bool:
     return kernels_for(a).conv_by_image(a.dtype, w.shape[1], groups, w.ndim - 2)
 
 
+def few_channels(a, w, groups: int, stride: tuple, dilation: tuple) -> bool:
+    """Whether a convolution's forward with weight ``w`` over ``a``'s device runs in the
+    device's few-channel loops (``conv_few_forward``, ``kernels/cpu/few_channels.py``: on the
+    CPU 2-d, ungrouped, float, stride 1, up to 15 input channels); its gradients keep the
+    layouts here."""
+    return kernels_for(a).conv_few_channels(
+        a.dtype, w.shape[1], groups, w.ndim - 2, stride, dilation
+    )
+
+
 def tops(padding: tuple) -> tuple:
     """The leading padding of each spatial axis (the compiled kernels' convention: the
     trailing padding follows from the shapes)."""

@@ -13,6 +13,7 @@ from .bias import add_channel_bias, add_into, add_taps
 from .by_image import conv_by_image, conv_image_forward, conv_image_input, conv_image_weight
 from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
+from .few_channels import conv_few_channels, conv_few_forward
 from .fused import (
     bias_relu_backward,
     bias_relu_forward,
@@ -61,6 +62,8 @@ __all__ = [
     "col2im",
     "conv_backward",
     "conv_by_image",
+    "conv_few_channels",
+    "conv_few_forward",
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",

@@ -1,37 +1,32 @@
-"""2-d convolutions of few input channels at stride 1, image by image in plain loops (no BLAS).
+"""The forward of a 2-d convolution of few input channels at stride 1, image by image in plain
+loops (no BLAS).
 
-With one to fifteen input channels (seed-cnn's and a ResNet stem's single channel) a
-convolution's products are too thin for BLAS: the forward's is (O, C*KH*KW) @ (C*KH*KW, OH*OW)
-with K = 9 for one channel, the weight gradient's as thin the other way, and a batch of such
-products cost ~10x their multiply-adds. Here every multiply-add is a vectorised loop over a
-contiguous run of the image:
+With one to fifteen input channels (seed-cnn's and a ResNet stem's single channel) the
+forward's product, (O, C*KH*KW) @ (C*KH*KW, OH*OW), is too thin for BLAS (K = 9 for one
+channel): the per-sample products cost ~10x their multiply-adds. Here the image is copied into
+a zero-padded buffer (C, HP, WP) and each output plane computed at the buffer's width, its
+entries the taps' runs of the buffer (tap (c, kh, kw) starts at ``c*HP*WP + kh*WP + kw``)
+weighted and summed three taps at a time, taps in (c, kh, kw) order; the entries past OW,
+which wrap into the next row, are dropped when the plane is copied out (an inf or NaN there
+reaches nothing). Measured on seed-cnn's (100, 1, 28, 28) * (6, 1, 3, 3), two threads, AVX2
+(2026-12-07): ~330 us against ~680 us for the per-sample columns and products. Each image is
+computed by one thread: serial and parallel runs give the same bits.
 
-* forward: the image is copied into a zero-padded buffer (C, HP, WP) and each output plane is
-  computed at the buffer's width, ``z[o] += w[o, c, kh, kw] * xp[c].flat[kh*WP + kw:][:OH*WP]``
-  over the taps in (c, kh, kw) order (the entries past OW, which wrap into the next row, are
-  dropped when the plane is copied out);
-* input gradient: the adjoint, each output row added into the padded gradient at its tap,
-  ``gxp[c, i + kh, kw:kw + OW] += w[o, c, kh, kw] * g[n, o, i]``, taps in (o, kh, kw) order;
-* weight gradient: a row of partial sums per weight entry, ``acc[o, c, kh, kw] +=
-  g[n, o, i] * xp[c, i + kh, kw:kw + OW]`` over a chunk's images and rows, each row then added
-  up in order, the chunks' sums added in chunk order (``WEIGHT_CHUNKS``, fixed per batch size).
-
-Only positions a window reads are multiplied in the gradients, so an inf or NaN reaches exactly
-the entries it does in the references. Every image (forward, input gradient) and every chunk
-(weight gradient) is computed by one thread, so serial and parallel runs give the same bits.
-``scratch(key, shape)`` keeps the per-thread buffers between steps, as in ``by_image.py``.
+The gradients keep the columns' products (``primitives/conv_layout.py``): the same loops for
+them (a row of partial sums per weight entry for the weight's, the adjoint runs for the
+input's) measured 0.9-1.7x the products' time on seed-cnn's and a ResNet stem's shapes, and
+2-4x on eight channels.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# below this many input channels a 2-d stride-1 convolution runs here (by_image.MIN_CHANNELS)
+# up to this many input channels a 2-d stride-1 forward runs here (from by_image.MIN_CHANNELS
+# the image-by-image products serve)
 MAX_CHANNELS = 15
 # from how many multiply-adds (all images together) the images are split over numba's threads
 PARALLEL_MIN_FLOPS = 1 << 18
-# the weight gradient's images are summed in this many chunks at most (fixed per batch size)
-WEIGHT_CHUNKS = 16
 
 try:
     import numba
@@ -110,113 +105,17 @@ if numba is not None:
                 for j in range(ow):
                     dst[j] = src[j]
 
-    @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _input_image(t, g, w, gx, gxps, ph, pw, n):  # pragma: no cover - compiled
-        gxp = gxps[t]
-        gxp[...] = 0
-        o_, c_, kh_, kw_ = w.shape
-        oh, ow = g.shape[2], g.shape[3]
-        for c in range(c_):
-            for o in range(o_):
-                for kh in range(kh_):
-                    for kw in range(kw_):
-                        wv = w[o, c, kh, kw]
-                        for i in range(oh):
-                            src = g[n, o, i]
-                            dst = gxp[c, i + kh, kw : kw + ow]
-                            for j in range(ow):
-                                dst[j] += wv * src[j]
-        h_, w_ = gx.shape[2], gx.shape[3]
-        inside = max(0, min(w_, gxp.shape[2] - pw))  # columns past the last window: 0
-        for c in range(c_):
-            for i in range(h_):
-                dst = gx[n, c, i]
-                if ph + i < gxp.shape[1]:
-                    src = gxp[c, ph + i, pw : pw + inside]
-                    for j in range(inside):
-                        dst[j] = src[j]
-                    for j in range(inside, w_):
-                        dst[j] = 0
-                else:  # a row no window reads
-                    for j in range(w_):
-                        dst[j] = 0
-
-    @cached_jit(inline="always", **_opts)
-    def _finite(a):  # pragma: no cover - compiled
-        """Whether the contiguous 1-d float array a holds no inf or NaN, read from its bits."""
-        bad = 0
-        if a.itemsize == 4:
-            b32 = a.view(np.uint32)
-            for i in range(b32.size):
-                bad |= (b32[i] & 0x7F800000) == 0x7F800000
-        else:
-            b64 = a.view(np.uint64)
-            for i in range(b64.size):
-                bad |= (b64[i] & 0x7FF0000000000000) == 0x7FF0000000000000
-        return bad == 0
-
-    @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _weight_chunk(t, x, g, shifts, parts, xps, gps, accs, ph, pw, size, k):  # pragma: no cover
-        """parts[k] (O, C*KH*KW) <- the sum over chunk k's images of their gradients."""
-        xs, gp, acc = xps[t], gps[t], accs[t]  # acc: (taps, OH*WP) partial sums of one o
-        o_, taps = parts.shape[1], parts.shape[2]
-        oh, ow = g.shape[2], g.shape[3]
-        wp = xs.shape[3]
-        length = oh * wp
-        first = k * size
-        count = min(x.shape[0], first + size) - first
-        finite = np.empty(count, np.bool_)
-        for m in range(count):  # the chunk's padded images, read by every o below
-            _fill(x, first + m, xs[m], ph, pw)
-            finite[m] = _finite(x[first + m].ravel())
-        gr = gp[:length]
-        gr[...] = 0  # the entries past OW stay zero
-        for o in range(o_):
-            acc[...] = 0
-            for m in range(count):
-                flat = xs[m].ravel()
-                if finite[m]:  # at the padded width: the entries past OW multiply zeros
-                    for i in range(oh):
-                        src = g[first + m, o, i]
-                        dst = gr[i * wp : i * wp + ow]
-                        for j in range(ow):
-                            dst[j] = src[j]
-                    for tap in range(taps):
-                        row = acc[tap, :length]
-                        run = flat[shifts[tap] : shifts[tap] + length]
-                        for q in range(length):
-                            row[q] += gr[q] * run[q]
-                else:  # only the positions a window reads: inf and NaN reach what they should
-                    for tap in range(taps):
-                        for i in range(oh):
-                            src = g[first + m, o, i]
-                            row = acc[tap, i * wp : i * wp + ow]
-                            run = flat[shifts[tap] + i * wp : shifts[tap] + i * wp + ow]
-                            for j in range(ow):
-                                row[j] += src[j] * run[j]
-            # each row's sum, by halving (vectorised adds, in a fixed order)
-            n_ = length
-            while n_ > 1:
-                half = n_ // 2
-                for tap in range(taps):
-                    lo, hi = acc[tap, :half], acc[tap, n_ - half : n_]
-                    for q in range(half):
-                        lo[q] += hi[q]
-                n_ -= half
-            for tap in range(taps):
-                parts[k, o, tap] = acc[tap, 0]
-
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
-    _input, _input_parallel = thread_loops(_input_image, **_opts)
-    _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)
 
 
-def applies(dtype, channels: int, stride: tuple, dilation: tuple) -> bool:
-    """Whether a 2-d convolution of this kind runs here: numba, float32/float64, at most
-    ``MAX_CHANNELS`` input channels, stride 1, no dilation."""
+def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation) -> bool:
+    """Whether this CPU runs a convolution's forward of this kind here: 2-d, ungrouped, float32
+    or float64, at most ``MAX_CHANNELS`` input channels, stride 1, no dilation."""
     return (
         numba is not None
-        and channels <= MAX_CHANNELS
+        and ndim == 2
+        and groups == 1
+        and channels_per_group <= MAX_CHANNELS
         and tuple(stride) == (1, 1)
         and tuple(dilation) == (1, 1)
         and np.dtype(dtype) in (np.float32, np.float64)
@@ -248,8 +147,9 @@ def _shifts(shape: tuple, ksize: tuple) -> np.ndarray:
     return grid.reshape(-1).astype(np.int64)
 
 
-def forward(x, w, res, padding, scratch=None) -> None:
-    """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w) at stride 1, ``padding`` (top, left)."""
+def conv_few_forward(x, w, res, padding, scratch=None) -> None:
+    """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w) at stride 1, ``padding`` (top, left;
+    the bottom and right follow from the shapes), without bias."""
     x = np.ascontiguousarray(x)
     n = x.shape[0]
     threads = _threads(n, res.size * w[0].size)
@@ -259,40 +159,3 @@ def forward(x, w, res, padding, scratch=None) -> None:
     wt = np.ascontiguousarray(w.reshape(w.shape[0], -1))
     run = _forward_parallel if threads > 1 else _forward
     run(n, x, wt, _shifts(shape, w.shape[2:]), res, xps, zs, *padding)
-
-
-def input_grad(g, w, gx, padding, scratch=None) -> None:
-    """``gx`` (N, C, H, W, C-contiguous) <- the adjoint in x of conv at stride 1 applied to g."""
-    g, w = np.ascontiguousarray(g), np.ascontiguousarray(w)
-    n = g.shape[0]
-    threads = _threads(n, g.size * w[0].size)
-    shape = _padded(gx.shape, w.shape, g.shape[2:])
-    gxps = _buffers(scratch, "few_gxp", threads, shape, g.dtype)
-    run = _input_parallel if threads > 1 else _input
-    run(n, g, w, gx, gxps, *padding)
-
-
-def weight_grad(x, g, gw, padding, scratch=None) -> None:
-    """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv at stride 1 for g."""
-    x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
-    n, o = x.shape[0], gw.shape[0]
-    size = -(-n // WEIGHT_CHUNKS) if n else 1  # images per chunk: fixed per batch size
-    chunks = -(-n // size)
-    if chunks == 0:
-        gw[...] = 0
-        return
-    threads = _threads(chunks, g.size * gw[0].size)
-    shape = _padded(x.shape, gw.shape, g.shape[2:])
-    length = g.shape[2] * shape[2]
-    taps = gw[0].size
-    xps = _buffers(scratch, "few_xps", threads, (size, *shape), x.dtype)
-    gps = _buffers(scratch, "few_gp", threads, (length,), x.dtype)
-    accs = _buffers(scratch, "few_acc", threads, (taps, length), x.dtype)
-    parts_shape = (chunks, o, taps)
-    parts = np.empty(parts_shape, x.dtype) if scratch is None else scratch("few_parts", parts_shape)
-    run = _weight_parallel if threads > 1 else _weight
-    run(chunks, x, g, _shifts(shape, gw.shape[2:]), parts, xps, gps, accs, *padding, size)
-    out = gw.reshape(o, taps)
-    np.copyto(out, parts[0])
-    for k in range(1, chunks):  # chunk order: the same bits on any thread count
-        np.add(out, parts[k], out=out)

@@ -24,19 +24,13 @@ def _keyed_by_body(loops: tuple, body, opts: dict) -> tuple:
     random per-process UUID (and the OpenBLAS externals a kernel calls pickle differently in
     each process), so these loops never found their cached code: every process compiled each
     loop again on its first call (1-3 s apiece) and added one more entry to the cache. The key
-    is the loop's bytecode, the body's module, name, options and closed-over numbers, and a
-    hash of the body's source file, so an edited body gets new loops (numba's own cache follows
-    a function's file likewise)."""
+    is the loop's bytecode, the body's module, name and options, and a hash of the body's
+    source file, so an edited body gets new loops (numba's own cache follows a function's file
+    likewise)."""
     py = body.py_func
     with open(inspect.getsourcefile(py), "rb") as f:
         source = hashlib.sha256(f.read()).hexdigest()
-    # a body made per geometry (pooling's, closing over its window as constants) is told
-    # apart by those constants
-    constants = [
-        repr(c.cell_contents) if isinstance(c.cell_contents, (bool, int, float, str)) else "-"
-        for c in py.__closure__ or ()
-    ]
-    identity = f"{py.__module__}.{py.__qualname__}:{sorted(opts.items())!r}:{source}:{constants}"
+    identity = f"{py.__module__}.{py.__qualname__}:{sorted(opts.items())!r}:{source}"
     body_key = hashlib.sha256(identity.encode()).hexdigest()
     for loop in loops:
         cache = getattr(loop, "_cache", None)

@@ -47,13 +47,8 @@ try:
     import numba
 
     from ..jit import cached_jit
-    from .loops import split_loops, threaded
 except ImportError:  # pragma: no cover
     numba = None
-
-# from how many input entries the planes are split over numba's threads (each plane whole on
-# one thread: the same bits on any thread count)
-PARALLEL_MIN_SIZE = 1 << 15
 
 
 @functools.cache
@@ -75,81 +70,58 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
 
     ``backward(g, arg, out, gx, relu)`` writes ``gx`` whole: zeros, plus each ``g`` at its
     window's offset, only where ``out > 0`` when ``relu`` (``out`` is read only then).
-
-    Both loop over the planes, split over numba's threads from ``PARALLEL_MIN_SIZE`` entries
-    (seed-cnn's planes with ReLU on an AVX2 machine, 2026-12-07: 305 -> 147 us forward and 224
-    -> 118 us backward on two threads).
     """
-    forward_plane, backward_plane = _plane_kernels(kh, kw, sh, sw, dh, dw)
-    opts = dict(boundscheck=False, nogil=True)
-    forward_loops = split_loops(forward_plane, **opts)
-    backward_loops = split_loops(backward_plane, **opts)
-
-    def forward(x, out, arg, relu):
-        run = forward_loops[threaded(x.shape[0], x.size, PARALLEL_MIN_SIZE)]
-        run(x.shape[0], x, out, arg, relu)
-
-    def backward(g, arg, out, gx, relu):
-        run = backward_loops[threaded(gx.shape[0], gx.size, PARALLEL_MIN_SIZE)]
-        run(g.shape[0], g, arg, out, gx, relu)
-
-    forward.kernels = (forward_plane, *forward_loops)  # (the tests read the dispatchers)
-    backward.kernels = (backward_plane, *backward_loops)
-    return forward, backward
-
-
-def _plane_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
-    """The per-plane bodies of :func:`window_kernels`' loops, ``forward_plane(x, out, arg,
-    relu, m)`` and ``backward_plane(g, arg, out, gx, relu, m)`` for plane ``m``."""
     k = kh * kw
 
-    @cached_jit(boundscheck=False, nogil=True)  # called through split_loops: not inlined
-    def forward_plane(x, out, arg, relu, m):  # pragma: no cover - compiled
+    @cached_jit(boundscheck=False, nogil=True)
+    def forward(x, out, arg, relu):  # pragma: no cover - compiled
         oh, ow = out.shape[1], out.shape[2]
-        p = x[m]
-        flat = p.reshape(p.size)
-        nan = False
-        for e in range(flat.size):
-            nan |= flat[e] != flat[e]
-        o, a = out[m], arg[m]
-        for i in range(oh):
-            for j in range(ow):
-                h0, w0 = i * sh, j * sw
-                best = p[h0, w0]
-                bi = 0
-                for q in range(1, k):
-                    v = p[h0 + (q // kw) * dh, w0 + (q % kw) * dw]
-                    gt = v > best
-                    best = v if gt else best
-                    bi = q if gt else bi
-                keep = best > 0 or not relu
-                o[i, j] = best if keep else best - best  # +0.0 in x's type, as relu gives
-                a[i, j] = bi if keep else 0
-        if nan:  # rare: each window's first NaN is its maximum
+        for m in range(x.shape[0]):
+            p = x[m]
+            flat = p.reshape(p.size)
+            nan = False
+            for e in range(flat.size):
+                nan |= flat[e] != flat[e]
+            o, a = out[m], arg[m]
             for i in range(oh):
                 for j in range(ow):
-                    for q in range(k):
-                        v = p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw]
-                        if v != v:
-                            o[i, j] = v
-                            a[i, j] = q
-                            break
+                    h0, w0 = i * sh, j * sw
+                    best = p[h0, w0]
+                    bi = 0
+                    for q in range(1, k):
+                        v = p[h0 + (q // kw) * dh, w0 + (q % kw) * dw]
+                        gt = v > best
+                        best = v if gt else best
+                        bi = q if gt else bi
+                    keep = best > 0 or not relu
+                    o[i, j] = best if keep else best - best  # +0.0 in x's type, as relu gives
+                    a[i, j] = bi if keep else 0
+            if nan:  # rare: each window's first NaN is its maximum
+                for i in range(oh):
+                    for j in range(ow):
+                        for q in range(k):
+                            v = p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw]
+                            if v != v:
+                                o[i, j] = v
+                                a[i, j] = q
+                                break
 
-    @cached_jit(boundscheck=False, nogil=True)  # called through split_loops: not inlined
-    def backward_plane(g, arg, out, gx, relu, m):  # pragma: no cover - compiled
+    @cached_jit(boundscheck=False, nogil=True)
+    def backward(g, arg, out, gx, relu):  # pragma: no cover - compiled
         oh, ow = g.shape[1], g.shape[2]
-        p = gx[m]
-        flat = p.reshape(p.size)
-        for e in range(flat.size):
-            flat[e] = 0
-        for i in range(oh):
-            for j in range(ow):
-                if relu and not out[m, i, j] > 0:
-                    continue
-                q = arg[m, i, j]
-                p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw] += g[m, i, j]
+        for m in range(g.shape[0]):
+            p = gx[m]
+            flat = p.reshape(p.size)
+            for e in range(flat.size):
+                flat[e] = 0
+            for i in range(oh):
+                for j in range(ow):
+                    if relu and not out[m, i, j] > 0:
+                        continue
+                    q = arg[m, i, j]
+                    p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw] += g[m, i, j]
 
-    return forward_plane, backward_plane
+    return forward, backward
 
 
 def _planes(a: np.ndarray) -> np.ndarray:
