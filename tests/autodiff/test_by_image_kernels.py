@@ -6,7 +6,6 @@ is restored; the rule says which convolutions they serve."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
@@ -48,13 +47,6 @@ def _run(x, w, g, geo, scratch=None, kernels=by_image):
         by_image.conv_image_input_reference(g, w, gx, *geo)
         by_image.conv_image_weight_reference(x, g, gw, *geo)
     return res, gx, gw
-
-
-@pytest.fixture
-def threads():
-    before = numba.get_num_threads()
-    yield lambda n: numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

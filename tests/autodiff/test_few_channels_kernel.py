@@ -6,7 +6,6 @@ holding other bytes changes nothing; the rule says which convolutions it serves.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
@@ -36,13 +35,6 @@ def _reference(x, w, padding, shape):
     want = np.full(shape, np.nan, x.dtype)
     by_image.conv_image_forward_reference(x, w, want, (1, 1), padding, (1, 1))
     return want
-
-
-@pytest.fixture
-def threads():
-    before = numba.get_num_threads()
-    yield lambda n: numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

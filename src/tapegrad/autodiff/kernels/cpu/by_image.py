@@ -101,6 +101,7 @@ except ImportError:  # pragma: no cover
 
 if numba is not None and _gemm.AVAILABLE:
     from ..jit import cached_jit
+    from .columns import fill_padded as _fill_padded
     from .gemm import NO_TRANS, TRANS, gemm, one_blas_thread
     from .loops import thread_loops, threaded
 
@@ -109,19 +110,6 @@ if numba is not None and _gemm.AVAILABLE:
     # Indices into arrays below are views' own (start at 0) or provably non-negative: numba
     # wraps a possibly negative index, and that select per element keeps LLVM from
     # vectorising a copy (a 840-element row copy measured 7x slower).
-
-    @cached_jit(inline="always", **_opts)
-    def _fill_padded(x, n, xp, ph, pw, rows):  # pragma: no cover - compiled
-        """The first ``rows`` rows of xp (C, HP, WP), whose border stays zero, <- image n of x
-        at offset (ph, pw) (what falls past them no window reads)."""
-        hh = min(x.shape[2], rows - ph)
-        ww = min(x.shape[3], xp.shape[2] - pw)
-        for c in range(x.shape[1]):
-            for i in range(hh):
-                src = x[n, c, i]
-                dst = xp[c, ph + i, pw : pw + ww]
-                for j in range(ww):
-                    dst[j] = src[j]
 
     @cached_jit(inline="always", **_opts)
     def _finite(a):  # pragma: no cover - compiled

@@ -87,6 +87,19 @@ if numba is not None:
 
     _opts = dict(boundscheck=False, nogil=True)
 
+    @cached_jit(inline="always", **_opts)
+    def fill_padded(x, n, xp, ph, pw, rows):  # pragma: no cover - compiled
+        """The first ``rows`` rows of xp (C, HP, WP), whose border stays zero, <- image n of x
+        at offset (ph, pw) (what falls past them no window reads)."""
+        hh = min(x.shape[2], rows - ph)
+        ww = min(x.shape[3], xp.shape[2] - pw)
+        for c in range(x.shape[1]):
+            for i in range(hh):
+                src = x[n, c, i]
+                dst = xp[c, ph + i, pw : pw + ww]
+                for j in range(ww):
+                    dst[j] = src[j]
+
     @cached_jit(**_opts)  # called through split_loops: not inlined
     def _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c):  # pragma: no cover - compiled
         n_, _, h_, w_ = x.shape

@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover
 
 if numba is not None:
     from ..jit import cached_jit
+    from .columns import fill_padded
     from .loops import thread_loops
 
     _opts = dict(boundscheck=False, nogil=True)
@@ -46,14 +47,7 @@ if numba is not None:
     def _fill(x, n, xp, ph, pw):  # pragma: no cover - compiled
         """xp (C, HP, WP) <- image n of x at offset (ph, pw), zeros elsewhere."""
         xp[...] = 0
-        hh = min(x.shape[2], xp.shape[1] - ph)
-        ww = min(x.shape[3], xp.shape[2] - pw)
-        for c in range(x.shape[1]):
-            for i in range(hh):
-                src = x[n, c, i]
-                dst = xp[c, ph + i, pw : pw + ww]
-                for j in range(ww):
-                    dst[j] = src[j]
+        fill_padded(x, n, xp, ph, pw, xp.shape[1])
 
     @cached_jit(inline="always", **_opts)
     def _taps_into(zr, flat, shifts, w, o, size, add):  # pragma: no cover - compiled
