@@ -79,12 +79,12 @@ class Adam(Optimizer):
         group (``adam_scalars`` keeps them), where the group's parameters are NumPy's at one
         step count; else the update primitive per parameter. Same bits either way."""
         params, state = group["params"], self.state
-        step = None  # every gradient checked first: a bad one stops the step before any change
+        step = first = None  # every gradient checked first: a bad one stops the step unmoved
         for j, p in enumerate(params):
             if p._grad is not None:
                 s = self._param_state(offset + j, group, p.data, p._grad)
                 if step is None:
-                    step = s["step"] + 1
+                    step, first = s["step"] + 1, p.data
                 if s["step"] + 1 != step or type(p.data) is not np.ndarray:
                     step = -1
         if step is None:  # no gradients
@@ -97,7 +97,7 @@ class Adam(Optimizer):
                 state[offset + j]["step"] = step
         amsgrad, (beta1, beta2) = group["amsgrad"], group["betas"]
         lr, eps, wd, decoupled = group["lr"], group["eps"], group["weight_decay"], self._decoupled
-        update = kernels_for(params[0].data).adam_update
+        update = kernels_for(first).adam_update
         for j, p in enumerate(params):
             if p._grad is not None:
                 index, data = offset + j, p.data
