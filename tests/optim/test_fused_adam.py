@@ -63,9 +63,9 @@ def _problem(seed=2):
 @pytest.mark.parametrize("amsgrad,weight_decay", [(False, 0.0), (True, 0.01)])
 @pytest.mark.parametrize("name", ["Adam", "AdamW"])
 def test_an_eager_step_equals_the_update_primitive_per_parameter(name, amsgrad, weight_decay):
-    """An eager ``step()`` calls each parameter's kernel straight (its scalars made once for
-    the group); the update primitive per parameter (what a compiled plan records) gives the
-    same bits, a parameter with no gradient left alone."""
+    """An eager ``step()`` checks every gradient, then updates each parameter (the Adam
+    scalars made once a step); the update primitive per parameter (what a compiled plan
+    records) gives the same bits, a parameter with no gradient left alone."""
     from tapegrad import optim as topt
 
     (a, grads), (b, _) = _problem(), _problem()

@@ -74,40 +74,6 @@ class Adam(Optimizer):
             step=step,
         )
 
-    def _update_group(self, group: dict, offset: int) -> None:
-        """Eager step: each parameter's kernel called straight, its scalars made once for the
-        group (``adam_scalars`` keeps them), where the group's parameters are NumPy's at one
-        step count; else the update primitive per parameter. Same bits either way."""
-        params, state = group["params"], self.state
-        step = first = None  # every gradient checked first: a bad one stops the step unmoved
-        for j, p in enumerate(params):
-            if p._grad is not None:
-                s = self._param_state(offset + j, group, p.data, p._grad)
-                if step is None:
-                    step, first = s["step"] + 1, p.data
-                if s["step"] + 1 != step or type(p.data) is not np.ndarray:
-                    step = -1
-        if step is None:  # no gradients
-            return
-        if step == -1:  # steps apart (a parameter skipped some), or not NumPy's arrays
-            super()._update_group(group, offset)
-            return
-        for j, p in enumerate(params):
-            if p._grad is not None:
-                state[offset + j]["step"] = step
-        amsgrad, (beta1, beta2) = group["amsgrad"], group["betas"]
-        lr, eps, wd, decoupled = group["lr"], group["eps"], group["weight_decay"], self._decoupled
-        update = kernels_for(first).adam_update
-        for j, p in enumerate(params):
-            if p._grad is not None:
-                index, data = offset + j, p.data
-                s = state[index]
-                vmax = s["max_exp_avg_sq"] if amsgrad else None
-                scratch = self._scratch(index, data)
-                update(data, p._grad, s["exp_avg"], s["exp_avg_sq"], vmax, scratch, lr=lr,
-                       beta1=beta1, beta2=beta2, eps=eps, wd=wd, decoupled=decoupled,
-                       step=step)  # fmt: skip
-
 
 class AdamW(Adam):
     """Adam with decoupled weight decay: ``p *= 1 - lr * weight_decay`` before the Adam step

@@ -254,13 +254,16 @@ class Optimizer:
 
     def _update_group(self, group: dict, offset: int) -> None:
         """The eager updates of one group's parameters that have a gradient (``offset``: the
-        index of its first): one update primitive call each (Adam calls its kernel straight,
-        sparing each parameter the primitive's chain of calls, to the same bits)."""
-        for j, p in enumerate(group["params"]):
-            if p._grad is not None:
-                self._update_primitive.forward(
-                    p.data, p._grad, opt=self, group=group, index=offset + j
-                )
+        index of its first), each what its update primitive does (``_update_param``), with
+        every gradient checked first: a bad one stops the step before any parameter moves."""
+        params = group["params"]
+        states = [
+            None if p._grad is None else self._param_state(offset + j, group, p.data, p._grad)
+            for j, p in enumerate(params)
+        ]
+        for j, (p, state) in enumerate(zip(params, states)):
+            if state is not None:
+                self._update(p.data, p._grad, state, group, self._scratch(offset + j, p.data))
 
     def _with_grads(self):
         """(group, index, parameter) of each parameter that has a gradient, in order."""
