@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover
 if numba is not None:
     from ..jit import cached_jit
     from .columns import fill_padded
-    from .loops import thread_loops
+    from .loops import thread_loops, threaded
 
     _opts = dict(boundscheck=False, nogil=True)
 
@@ -118,11 +118,6 @@ def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation)
     )
 
 
-def _threads(tasks: int, flops: int) -> int:
-    count = numba.get_num_threads()  # asked at every size: the same calls (tests count)
-    return count if count > 1 and tasks > 1 and flops >= PARALLEL_MIN_FLOPS else 1
-
-
 def _buffers(scratch, key: str, threads: int, shape: tuple, dtype) -> np.ndarray:
     shape = (threads, *shape)
     return np.empty(shape, dtype) if scratch is None else scratch(key, shape)
@@ -149,7 +144,8 @@ def conv_few_forward(x, w, res, padding, scratch=None) -> None:
     the bottom and right follow from the shapes), without bias."""
     x = np.ascontiguousarray(x)
     n = x.shape[0]
-    threads = _threads(n, res.size * w[0].size)
+    flops = res.size * w[0].size
+    threads = numba.get_num_threads() if threaded(n, flops, PARALLEL_MIN_FLOPS) else 1
     shape = _padded(x.shape, w.shape, res.shape[2:])
     xps = _buffers(scratch, "few_xp", threads, shape, x.dtype)
     zs = _buffers(scratch, "few_z", threads, (res.shape[2] * shape[2],), x.dtype)
