@@ -118,6 +118,16 @@ def scratch(ws: Workspace | None, key, shape, dtype, zero: bool = False, like=No
     return ws.array(key, shape, dtype, zero, like)
 
 
+def kernel_scratch(ws: Workspace | None, like):
+    """A kernel's ``scratch(key, shape, dtype=None)`` for its temporaries (``like``'s dtype
+    unless given), kept in ``ws`` (a plan's workspace); None when eager (the kernel allocates)."""
+    if ws is None:
+        return None
+    return lambda key, shape, dtype=None: ws.array(
+        key, shape, like.dtype if dtype is None else dtype, False, like
+    )
+
+
 def _takes(fn, name: str) -> bool:
     if isinstance(fn, np.ufunc):
         return name == "out"

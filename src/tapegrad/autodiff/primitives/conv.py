@@ -36,7 +36,7 @@ from . import samples as S
 from .args import plain
 from .conv_reference import _conv_backward_reference, _conv_reference
 from .linalg import matmul_into
-from .registry import Sample, primitive, run, scratch
+from .registry import Sample, kernel_scratch, primitive, run, scratch
 
 
 # -- geometry ----------------------------------------------------------------------------------
@@ -119,11 +119,11 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
             res = xp_of(x).empty((n, o) + out_shape, x.dtype)
         if L.by_image(x, w, groups) and res.flags.c_contiguous:
             kernels_for(x).conv_image_forward(
-                x, w, res, stride, L.tops(padding), dilation, _kernel_scratch(ws, x)
+                x, w, res, stride, L.tops(padding), dilation, kernel_scratch(ws, x)
             )
             kept = ()
         elif L.few_channels(x, w, groups, stride, dilation) and res.flags.c_contiguous:
-            kernels_for(x).conv_few_forward(x, w, res, L.tops(padding), _kernel_scratch(ws, x))
+            kernels_for(x).conv_few_forward(x, w, res, L.tops(padding), kernel_scratch(ws, x))
             kept = ()
         else:
             batch = L.whole_batch(x, w.shape[1], len(ksize))
@@ -276,7 +276,7 @@ def _conv_transpose_fwd(
     ):
         # res stands for the input's layout (the kernel reads x only for the weight gradient)
         kernels_for(y).conv_backward(
-            xp_of(y).ascontiguousarray(y), res, w, None, None, res, _kernel_scratch(ws, y)
+            xp_of(y).ascontiguousarray(y), res, w, None, None, res, kernel_scratch(ws, y)
         )
     elif _shifted(y, stride, dilation, groups):
         pads = any(lo or hi for lo, hi in padding)
@@ -292,7 +292,7 @@ def _conv_transpose_fwd(
             np.copyto(res, target[L.interior(padding, shape)])
     elif L.by_image(y, w, groups) and res.flags.c_contiguous:
         kernels_for(y).conv_image_input(
-            y, w, res, stride, L.tops(padding), dilation, _kernel_scratch(ws, y)
+            y, w, res, stride, L.tops(padding), dilation, kernel_scratch(ws, y)
         )
     else:
         batch = L.whole_batch(y, w.shape[1], len(size))
@@ -302,13 +302,6 @@ def _conv_transpose_fwd(
     elif bias:
         np.add(res, bias[0].reshape((c,) + (1,) * len(size)), out=res)
     return res
-
-
-def _kernel_scratch(ws, like):
-    """The direct kernel's temporaries: kept in ``ws`` (a plan's workspace), else allocated."""
-    if ws is None:
-        return None
-    return lambda key, shape: scratch(ws, key, shape, like.dtype, like=like)
 
 
 def _conv_transpose_vjps():
@@ -355,7 +348,7 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
             gw,
             None,
             None,
-            _kernel_scratch(ws, g),
+            kernel_scratch(ws, g),
         )
         return gw
     if _shifted(x, stride, dilation, groups):
@@ -371,7 +364,7 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
         return gw
     if L.by_image(x, gw, groups) and gw.flags.c_contiguous:
         kernels_for(g).conv_image_weight(
-            x, g, gw, stride, L.tops(padding), dilation, _kernel_scratch(ws, g)
+            x, g, gw, stride, L.tops(padding), dilation, kernel_scratch(ws, g)
         )
         return gw
     batch = L.whole_batch(x, x.shape[1] // groups, len(ksize))

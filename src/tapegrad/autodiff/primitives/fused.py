@@ -19,12 +19,11 @@ from . import samples as S
 from .conv import (
     _conv_transpose_fwd,
     _conv_weight_fwd,
-    _kernel_scratch,
     direct_backward_applies,
     direct_backward_sparse,
 )
 from .pool import _pool_reference, _pool_samples
-from .registry import Primitive, Sample, primitive, run, scratch
+from .registry import Primitive, Sample, kernel_scratch, primitive, run, scratch
 
 
 # -- bias + ReLU -------------------------------------------------------------------------------
@@ -77,7 +76,7 @@ bias_relu_backward_kernel = primitive(
 
 
 # -- ReLU + max pooling ------------------------------------------------------------------------
-def _relu_max_pool_fwd(x, kernel, stride, out=None):
+def _relu_max_pool_fwd(x, kernel, stride, out=None, ws=None):
     if out is None:
         shape = x.shape[:2] + tuple(
             (n - k) // s + 1 for n, k, s in zip(x.shape[2:], kernel, stride)
@@ -85,7 +84,7 @@ def _relu_max_pool_fwd(x, kernel, stride, out=None):
         xp = xp_of(x)
         out = (xp.empty(shape, x.dtype), xp.empty(shape, pool_arg_dtype(kernel)))
     res, arg = out
-    kernels_for(x).relu_max_pool_forward(x, kernel, stride, res, arg)
+    kernels_for(x).relu_max_pool_forward(x, kernel, stride, res, arg, kernel_scratch(ws, x))
     return res, arg
 
 
@@ -101,7 +100,8 @@ def _relu_max_pool_backward_fwd(g, y, arg, x_shape, kernel, stride, out=None, ws
         gc = scratch(ws, "g", g.shape, g.dtype, like=g)
         np.copyto(gc, g)
         g = gc
-    kernels_for(g).relu_max_pool_backward(g, y, arg, x_shape, kernel, stride, gx)
+    scr = kernel_scratch(ws, g)
+    kernels_for(g).relu_max_pool_backward(g, y, arg, x_shape, kernel, stride, gx, scr)
     return gx
 
 
@@ -181,7 +181,7 @@ def _conv_grads_fwd(
         and direct_backward_sparse(g)
     ):
         kernels_for(g).conv_backward(
-            xp_of(g).ascontiguousarray(g), x, w, gw, None, gx, _kernel_scratch(ws, g)
+            xp_of(g).ascontiguousarray(g), x, w, gw, None, gx, kernel_scratch(ws, g)
         )
         return gx, gw
     _conv_transpose_fwd(g, w, size=size, channels_last=True, out=gx, ws=ws, **geometry)

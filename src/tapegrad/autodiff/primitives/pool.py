@@ -22,7 +22,7 @@ from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .args import plain
 from .conv import _check_float, _check_rank, _interior, _padded_shape, _tuple_arg
-from .registry import Sample, primitive, run, scratch
+from .registry import Sample, kernel_scratch, primitive, run, scratch
 
 
 def _any(padding) -> bool:
@@ -37,9 +37,10 @@ def _pool_fwd(x, kernel, stride, padding, dilation, out=None, ws=None):
         xp.fill(-np.inf)
         np.copyto(xp[_interior(padding, x.shape)], x)
     fn = kernels_for(x).max_pool_forward
+    scr = kernel_scratch(ws, x)
     if out is None:
-        return fn(xp, kernel, stride, dilation=dilation)
-    return fn(xp, kernel, stride, out=out[0], arg=out[1], dilation=dilation)
+        return fn(xp, kernel, stride, dilation=dilation, scratch=scr)
+    return fn(xp, kernel, stride, out=out[0], arg=out[1], dilation=dilation, scratch=scr)
 
 
 def _geo(kernel, stride, padding, dilation) -> dict:
@@ -81,10 +82,11 @@ def _pool_gather_fwd(h, arg, kernel, stride, padding, dilation):
 
 def _pool_backward_fwd(g, arg, x_shape, kernel, stride, padding, dilation, out=None, ws=None):
     fn = kernels_for(g).max_pool_backward
+    scr = kernel_scratch(ws, g)
     if not _any(padding):
-        return fn(g, arg, x_shape, kernel, stride, gx=out, dilation=dilation)
+        return fn(g, arg, x_shape, kernel, stride, gx=out, dilation=dilation, scratch=scr)
     gxp = scratch(ws, "gxp", _padded_shape(x_shape, padding), g.dtype, like=g)
-    fn(g, arg, gxp.shape, kernel, stride, gx=gxp, dilation=dilation)
+    fn(g, arg, gxp.shape, kernel, stride, gx=gxp, dilation=dilation, scratch=scr)
     gx = xp_of(g).empty(x_shape, g.dtype) if out is None else out
     np.copyto(gx, gxp[_interior(padding, x_shape)])
     return gx

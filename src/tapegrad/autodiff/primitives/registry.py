@@ -6,6 +6,7 @@ from ..core.primitive import (  # noqa: F401
     Primitive,
     Sample,
     Workspace,
+    kernel_scratch,
     primitive,
     register,
     run,

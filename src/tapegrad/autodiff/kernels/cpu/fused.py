@@ -8,9 +8,9 @@ entry of such a window). Backward: add each output gradient at its window's posi
 output is positive. These are exactly the values the separate ReLU and max-pool rules give;
 the fused loop reads the input once instead of three times.
 
-Both run the max-pooling loops of ``kernels/cpu/pool.py`` (compiled per window geometry) with
-their ReLU flag set. Windows are (kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d
-pooling uses H = 1.
+Both run the max-pooling loops of ``kernels/cpu/pool.py`` (the pairs for 2x2 windows at
+stride 2, else the loops compiled per window geometry) with their ReLU flag set. Windows are
+(kh, kw) with strides (sh, sw) over (M, H, W) planes; 1-d pooling uses H = 1.
 
 Bias + ReLU: the epilogue of a Linear layer's GEMM (the product itself stays with BLAS, which
 no hand loop matches). Forward ``out = max(x + b, 0)`` in one pass instead of two; backward the
@@ -52,16 +52,16 @@ except ImportError:  # pragma: no cover
 
 if numba is not None:
     from ..jit import cached_jit
-    from .pool import window_kernels
+    from .pool import pool_planes_backward, pool_planes_forward
 
-    def relu_max_pool_planes_forward(x, kh, kw, sh, sw, out, arg) -> None:
+    def relu_max_pool_planes_forward(x, kh, kw, sh, sw, out, arg, scratch=None) -> None:
         """``relu(x)``'s window maxima over (M, H, W) planes and their offsets (see
-        :func:`~.pool.window_kernels`)."""
-        window_kernels(kh, kw, sh, sw, 1, 1)[0](x, out, arg, True)
+        :func:`~.pool.pool_planes_forward`)."""
+        pool_planes_forward(x, out, arg, (kh, kw), (sh, sw), (1, 1), True, scratch)
 
-    def relu_max_pool_planes_backward(g, out, arg, kh, kw, sh, sw, gx) -> None:
+    def relu_max_pool_planes_backward(g, out, arg, kh, kw, sh, sw, gx, scratch=None) -> None:
         """``gx`` whole: each ``g`` at its window's offset where ``out > 0``, zeros elsewhere."""
-        window_kernels(kh, kw, sh, sw, 1, 1)[1](g, arg, out, gx, True)
+        pool_planes_backward(g, arg, out, gx, (kh, kw), (sh, sw), (1, 1), True, scratch)
 
     @cached_jit(boundscheck=False, nogil=True)
     def bias_relu_forward(x, b, out):  # pragma: no cover - compiled
@@ -87,10 +87,10 @@ if numba is not None:
 
 else:  # pragma: no cover
 
-    def relu_max_pool_planes_forward(x, kh, kw, sh, sw, out, arg):
+    def relu_max_pool_planes_forward(x, kh, kw, sh, sw, out, arg, scratch=None):
         relu_max_pool_forward_reference(x, (kh, kw), (sh, sw), out, arg)
 
-    def relu_max_pool_planes_backward(g, out, arg, kh, kw, sh, sw, gx):
+    def relu_max_pool_planes_backward(g, out, arg, kh, kw, sh, sw, gx, scratch=None):
         relu_max_pool_backward_reference(g, out, arg, (kh, kw), (sh, sw), gx)
 
     bias_relu_forward = bias_relu_forward_reference
@@ -106,16 +106,20 @@ def _2d(kernel: tuple, stride: tuple) -> tuple:
     return ((1,) + tuple(kernel), (1,) + tuple(stride)) if len(kernel) == 1 else (kernel, stride)
 
 
-def relu_max_pool_forward(x, kernel: tuple, stride: tuple, out, arg) -> None:
+def relu_max_pool_forward(x, kernel: tuple, stride: tuple, out, arg, scratch=None) -> None:
     """Each window's maximum of ``relu(x)`` and its offset, for x (N, C, L) or (N, C, H, W) and
-    windows without padding or dilation, into ``out`` and ``arg`` (contiguous)."""
+    windows without padding or dilation, into ``out`` and ``arg`` (contiguous);
+    ``scratch(key, shape, dtype)`` keeps the temporaries (a plan's workspace)."""
     (kh, kw), (sh, sw) = _2d(kernel, stride)
     x = np.ascontiguousarray(x)
-    relu_max_pool_planes_forward(_planes(x), kh, kw, sh, sw, _planes(out), _planes(arg))
+    relu_max_pool_planes_forward(_planes(x), kh, kw, sh, sw, _planes(out), _planes(arg), scratch)
 
 
-def relu_max_pool_backward(g, y, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx) -> None:
+def relu_max_pool_backward(
+    g, y, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx, scratch=None
+) -> None:
     """The input gradient of :func:`relu_max_pool_forward` (``y`` its output, ``g``
     contiguous), into ``gx`` of shape ``x_shape``."""
     (kh, kw), (sh, sw) = _2d(kernel, stride)
-    relu_max_pool_planes_backward(_planes(g), _planes(y), _planes(arg), kh, kw, sh, sw, _planes(gx))
+    planes = (_planes(g), _planes(y), _planes(arg), kh, kw, sh, sw, _planes(gx))
+    relu_max_pool_planes_backward(*planes, scratch)

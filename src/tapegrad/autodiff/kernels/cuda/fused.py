@@ -10,13 +10,17 @@ from .launch import jit, launch
 from .pool import window_max_backward, window_max_forward
 
 
-def relu_max_pool_forward(x, kernel: tuple, stride: tuple, out, arg) -> None:
-    """Each window's maximum of ``relu(x)`` and its offset (x (N, C, ...), as max pooling)."""
+def relu_max_pool_forward(x, kernel: tuple, stride: tuple, out, arg, scratch=None) -> None:
+    """Each window's maximum of ``relu(x)`` and its offset (x (N, C, ...), as max pooling);
+    ``scratch`` is unused (the loops here need no temporaries)."""
     window_max_forward(x, kernel, stride, out, arg, relu=True)
 
 
-def relu_max_pool_backward(g, y, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx) -> None:
-    """The input gradient of :func:`relu_max_pool_forward` (``y`` its output), into ``gx``."""
+def relu_max_pool_backward(
+    g, y, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx, scratch=None
+) -> None:
+    """The input gradient of :func:`relu_max_pool_forward` (``y`` its output), into ``gx``
+    (``scratch`` unused)."""
     window_max_backward(g, arg, x_shape, kernel, stride, gx, out=y)
 
 

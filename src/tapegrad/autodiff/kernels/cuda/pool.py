@@ -123,11 +123,17 @@ def window_max_backward(
     return gx
 
 
-def max_pool_forward(x, kernel: tuple, stride: tuple, out=None, arg=None, dilation=None):
-    """Max pooling's ``(out, arg)`` (the CPU namespace's signature): :func:`window_max_forward`."""
+def max_pool_forward(
+    x, kernel: tuple, stride: tuple, out=None, arg=None, dilation=None, scratch=None
+):
+    """Max pooling's ``(out, arg)`` (the CPU namespace's signature; ``scratch`` unused):
+    :func:`window_max_forward`."""
     return window_max_forward(x, kernel, stride, out, arg, dilation)
 
 
-def max_pool_backward(g, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx=None, dilation=None):
-    """Max pooling's input gradient: :func:`window_max_backward` without the ReLU mask."""
+def max_pool_backward(
+    g, arg, x_shape: tuple, kernel: tuple, stride: tuple, gx=None, dilation=None, scratch=None
+):
+    """Max pooling's input gradient: :func:`window_max_backward` without the ReLU mask
+    (``scratch`` unused)."""
     return window_max_backward(g, arg, x_shape, kernel, stride, gx, dilation)
