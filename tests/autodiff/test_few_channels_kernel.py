@@ -1,8 +1,9 @@
-"""The few-channel convolution forward (``kernels/cpu/few_channels.py``) against the columns'
-reference over the geometries it takes (one to fifteen channels, padding on any side, windows
-that leave trailing rows and columns unread, 1x1 and non-square windows); inf and NaN reach
-what they reach in the reference; serial and parallel runs give the same bits; a workspace
-holding other bytes changes nothing; the rule says which convolutions it serves."""
+"""The few-channel convolution forward and weight gradient (``kernels/cpu/few_channels.py``)
+against the columns' references over the geometries they take (one to fifteen channels,
+padding on any side, windows that leave trailing rows and columns unread, 1x1 and non-square
+windows); inf and NaN reach what they reach in the references; serial and parallel runs give
+the same bits; a workspace holding other bytes changes nothing; the rule says which
+convolutions they serve."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ GEOMETRIES = [
     (2, 15, 4, 6, 6, (3, 3), (1, 1), (4, 5)),  # trailing rows and columns never read
     (7, 8, 3, 5, 4, (1, 1), (0, 0), (5, 4)),  # 1x1
     (1, 2, 2, 3, 3, (3, 3), (2, 0), (5, 1)),  # more padding than image
+    (2, 1, 2, 3, 3, (3, 3), (0, 4), (1, 7)),  # wider left padding than the image
 ]
 TOL = {np.float32: 2e-6, np.float64: 1e-14}
 
@@ -29,6 +31,19 @@ def _case(geometry, dtype, seed=0):
     x = rng.standard_normal((n, c, h, w)).astype(dtype)
     wt = rng.standard_normal((o, c, *k)).astype(dtype)
     return x, wt, padding, (n, o, *out)
+
+
+def _weight_case(geometry, dtype, seed=0):
+    x, w, padding, shape = _case(geometry, dtype, seed)
+    g = np.random.default_rng(seed + 100).standard_normal(shape).astype(dtype)
+    g[g < 0.3] = 0  # mostly zeros, as ReLU and max pooling leave it
+    return x, g, padding, w.shape
+
+
+def _weight_reference(x, g, padding, w_shape):
+    want = np.full(w_shape, np.nan, x.dtype)
+    by_image.conv_image_weight_reference(x, g, want, (1, 1), padding, (1, 1))
+    return want
 
 
 def _reference(x, w, padding, shape):
@@ -92,6 +107,74 @@ def test_a_workspace_holding_other_bytes_changes_nothing(monkeypatch):
     few_channels.conv_few_forward(x, w, second, padding, scratch)
     assert first.tobytes() == second.tobytes()
     np.testing.assert_allclose(first, _reference(x, w, padding, shape), rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_the_weight_gradient_matches_the_reference(geometry, dtype):
+    x, g, padding, w_shape = _weight_case(geometry, dtype)
+    got = np.full(w_shape, np.nan, dtype)
+    few_channels.conv_few_weight(x, g, got, padding)
+    want = _weight_reference(x, g, padding, w_shape)
+    # each entry a dot of OH*OW products (in vector lanes) summed over the images
+    scale = np.einsum("noij->", np.abs(g)) * np.abs(x).max()
+    np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.finfo(dtype).eps * scale)
+
+
+def test_the_weight_gradient_of_no_images_is_zero():
+    x, g, padding, w_shape = _weight_case(GEOMETRIES[1], np.float32)
+    got = np.full(w_shape, np.nan, np.float32)
+    few_channels.conv_few_weight(x[:0], g[:0], got, padding)
+    assert not got.any()
+
+
+def test_inf_and_nan_reach_the_weight_gradient_where_they_reach_the_reference():
+    x, g, padding, w_shape = _weight_case(GEOMETRIES[2], np.float64, seed=4)
+    g[...] = np.abs(g) + 0.5  # every product counted: inf meets no zero
+    x[0, 1, 4, 6] = np.inf
+    x[1, 0, 0, 0] = np.nan
+    got = np.full(w_shape, 7.0)
+    few_channels.conv_few_weight(x, g, got, padding)
+    want = _weight_reference(x, g, padding, w_shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert np.isnan(want).any() and np.isinf(want).any()
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_the_weight_gradient_gives_the_same_bits_serial_and_parallel(
+    geometry, threads, monkeypatch
+):
+    monkeypatch.setattr(few_channels, "PARALLEL_MIN_FLOPS", 0)
+    x, g, padding, w_shape = _weight_case(geometry, np.float32, seed=5)
+    runs = []
+    for count in (1, 2):
+        threads(count)
+        got = np.empty(w_shape, np.float32)
+        few_channels.conv_few_weight(x, g, got, padding)
+        runs.append(got)
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+def test_the_weight_gradient_ignores_what_a_workspace_held(monkeypatch):
+    monkeypatch.setattr(few_channels, "PARALLEL_MIN_FLOPS", 0)
+    x, g, padding, w_shape = _weight_case(GEOMETRIES[3], np.float64, seed=6)
+    kept = {}
+
+    def scratch(key, shape):
+        if key not in kept:
+            kept[key] = np.full(shape, np.nan)
+        return kept[key]
+
+    first, second = np.empty(w_shape), np.empty(w_shape)
+    few_channels.conv_few_weight(x, g, first, padding, scratch)
+    for a in kept.values():
+        a.fill(1e300)
+    few_channels.conv_few_weight(x, g, second, padding, scratch)
+    assert first.tobytes() == second.tobytes()
+    assert {"few_xs", "few_parts"} <= set(kept)
+    want = _weight_reference(x, g, padding, w_shape)
+    np.testing.assert_allclose(first, want, rtol=1e-12, atol=1e-12)
 
 
 def test_the_rule_takes_few_channels_at_stride_one_only():

@@ -44,6 +44,7 @@ __all__ = [
     "conv_by_image",
     "conv_few_channels",
     "conv_few_forward",
+    "conv_few_weight",
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",
@@ -137,6 +138,12 @@ def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation)
 def conv_few_forward(x, w, res, padding, scratch=None) -> None:
     """conv(x, w) at stride 1 into ``res`` (the columns and one product)."""
     conv_image_forward(x, w, res, (1, 1), padding, (1, 1))
+
+
+def conv_few_weight(x, g, gw, padding, scratch=None) -> None:
+    """The weight's gradient of conv(x, w) at stride 1 into ``gw`` (the columns and one
+    product)."""
+    conv_image_weight(x, g, gw, (1, 1), padding, (1, 1))
 
 
 def im2col_whole_batch(channels_per_group: int, ndim: int) -> bool:

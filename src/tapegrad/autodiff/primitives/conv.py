@@ -367,6 +367,9 @@ def _conv_weight_fwd(x, g, *saved, ksize, stride, padding, dilation, groups, out
             x, g, gw, stride, L.tops(padding), dilation, kernel_scratch(ws, g)
         )
         return gw
+    if L.few_channels(x, gw, groups, stride, dilation):
+        kernels_for(g).conv_few_weight(x, g, gw, L.tops(padding), kernel_scratch(ws, g))
+        return gw
     batch = L.whole_batch(x, x.shape[1] // groups, len(ksize))
     if saved:
         (cols,) = saved

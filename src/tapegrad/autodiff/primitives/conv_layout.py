@@ -36,10 +36,10 @@ def by_image(a, w, groups: int) -> bool:
 
 
 def few_channels(a, w, groups: int, stride: tuple, dilation: tuple) -> bool:
-    """Whether a convolution's forward with weight ``w`` over ``a``'s device runs in the
-    device's few-channel loops (``conv_few_forward``, ``kernels/cpu/few_channels.py``: on the
-    CPU 2-d, ungrouped, float, stride 1, up to 15 input channels); its gradients keep the
-    layouts here."""
+    """Whether a convolution's forward and weight gradient with weight ``w`` over ``a``'s
+    device run in the device's few-channel loops (``conv_few_forward``, ``conv_few_weight``,
+    ``kernels/cpu/few_channels.py``: on the CPU 2-d, ungrouped, float, stride 1, up to 15
+    input channels); its input gradient keeps the layouts here."""
     return kernels_for(a).conv_few_channels(
         a.dtype, w.shape[1], groups, w.ndim - 2, stride, dilation
     )

@@ -13,7 +13,7 @@ from .bias import add_channel_bias, add_into, add_taps
 from .by_image import conv_by_image, conv_image_forward, conv_image_input, conv_image_weight
 from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
-from .few_channels import conv_few_channels, conv_few_forward
+from .few_channels import conv_few_channels, conv_few_forward, conv_few_weight
 from .fused import (
     bias_relu_backward,
     bias_relu_forward,
@@ -64,6 +64,7 @@ __all__ = [
     "conv_by_image",
     "conv_few_channels",
     "conv_few_forward",
+    "conv_few_weight",
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",

@@ -12,10 +12,20 @@ reaches nothing). Measured on seed-cnn's (100, 1, 28, 28) * (6, 1, 3, 3), two th
 (2026-12-07): ~330 us against ~680 us for the per-sample columns and products. Each image is
 computed by one thread: serial and parallel runs give the same bits.
 
-The gradients keep the columns' products (``primitives/conv_layout.py``): the same loops for
-them (a row of partial sums per weight entry for the weight's, the adjoint runs for the
-input's) measured 0.9-1.7x the products' time on seed-cnn's and a ResNet stem's shapes, and
-2-4x on eight channels.
+The weight's gradient, image by image: each image's padded columns copied once per kernel
+column kw at the output's width, (KW, C, HP, OW), so that tap (c, kh, kw)'s window over the
+whole output plane is one run of it (from row kh) and each weight entry one dot product of
+OH*OW entries with the output gradient's plane; three taps a pass share the gradient's loads.
+The dots are the one place tapegrad's CPU kernels let LLVM reassociate (``fastmath``
+``reassoc``, no other flag: NaN and inf propagate as ever): a dot in vector lanes, whose order
+is fixed by the machine's vector width as BLAS's own blocking is; without it the dot runs one
+product at a time (6x slower). Each image's gradient is kept apart and the images summed in
+order, so serial and parallel runs give the same bits. Measured on seed-cnn's (100, 1, 28, 28)
+and (100, 6, 26, 26), AVX2, 2026-12-07: see :func:`conv_few_weight`.
+
+The input's gradient keeps the columns' products (``primitives/conv_layout.py``): the adjoint
+runs measured 0.9-1.7x the products' time on seed-cnn's and a ResNet stem's shapes, and 2-4x
+on eight channels (a first layer's input, seed-cnn's, needs none).
 """
 
 from __future__ import annotations
@@ -103,6 +113,65 @@ if numba is not None:
 
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
 
+    @cached_jit(inline="always", **_opts)
+    def _fill_shifted(x, n, xs, ph, pw):  # pragma: no cover - compiled
+        """xs[kw, c, h, :] <- the padded image n's row h of channel c from column kw, OW
+        entries (zeros outside the image): tap (c, kh, kw)'s window is xs[kw, c, kh:kh+OH]."""
+        xs[...] = 0
+        h_in, w_in = x.shape[2], x.shape[3]
+        rows, ow = xs.shape[2], xs.shape[3]
+        for kw in range(xs.shape[0]):
+            j0 = max(0, pw - kw)  # the first output column whose source column is in the image
+            j1 = min(ow, w_in + pw - kw)
+            if j1 <= j0:
+                continue
+            for c in range(xs.shape[1]):
+                for h in range(min(h_in, rows - ph)):
+                    src = x[n, c, h, j0 + kw - pw : j1 + kw - pw]
+                    dst = xs[kw, c, h + ph, j0:j1]
+                    for j in range(dst.shape[0]):
+                        dst[j] = src[j]
+
+    @cached_jit(fastmath={"reassoc"}, **_opts)  # called through thread_loops: not inlined
+    def _weight_image(t, x, g, parts, xss, ph, pw, n):  # pragma: no cover - compiled
+        """parts[n] (O, C, KH, KW) <- image n's share of the weight's gradient."""
+        xs = xss[t]
+        _fill_shifted(x, n, xs, ph, pw)
+        size = g.shape[2] * g.shape[3]
+        ow = g.shape[3]
+        taps = parts.shape[3]
+        part = parts[n]
+        for o in range(g.shape[1]):
+            gr = g[n, o].reshape(size)
+            for c in range(xs.shape[1]):
+                for kw in range(xs.shape[0]):
+                    flat = xs[kw, c].reshape(xs.shape[2] * ow)
+                    kh = 0
+                    while kh < taps:
+                        if taps - kh >= 3:
+                            r0 = flat[kh * ow : kh * ow + size]
+                            r1 = flat[(kh + 1) * ow : (kh + 1) * ow + size]
+                            r2 = flat[(kh + 2) * ow : (kh + 2) * ow + size]
+                            a0 = a1 = a2 = g.dtype.type(0)
+                            for q in range(size):
+                                v = gr[q]
+                                a0 += v * r0[q]
+                                a1 += v * r1[q]
+                                a2 += v * r2[q]
+                            part[o, c, kh, kw] = a0
+                            part[o, c, kh + 1, kw] = a1
+                            part[o, c, kh + 2, kw] = a2
+                            kh += 3
+                        else:
+                            r0 = flat[kh * ow : kh * ow + size]
+                            a0 = g.dtype.type(0)
+                            for q in range(size):
+                                a0 += gr[q] * r0[q]
+                            part[o, c, kh, kw] = a0
+                            kh += 1
+
+    _weight, _weight_parallel = thread_loops(_weight_image, fastmath={"reassoc"}, **_opts)
+
 
 def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation) -> bool:
     """Whether this CPU runs a convolution's forward of this kind here: 2-d, ungrouped, float32
@@ -119,7 +188,10 @@ def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation)
 
 
 def _buffers(scratch, key: str, threads: int, shape: tuple, dtype) -> np.ndarray:
-    shape = (threads, *shape)
+    return _buffer(scratch, key, (threads, *shape), dtype)
+
+
+def _buffer(scratch, key: str, shape: tuple, dtype) -> np.ndarray:
     return np.empty(shape, dtype) if scratch is None else scratch(key, shape)
 
 
@@ -152,3 +224,23 @@ def conv_few_forward(x, w, res, padding, scratch=None) -> None:
     wt = np.ascontiguousarray(w.reshape(w.shape[0], -1))
     run = _forward_parallel if threads > 1 else _forward
     run(n, x, wt, _shifts(shape, tuple(w.shape[2:])), res, xps, zs, *padding)
+
+
+def conv_few_weight(x, g, gw, padding, scratch=None) -> None:
+    """``gw`` (O, C, KH, KW) <- the weight's gradient of conv(x, w) at stride 1, ``padding``
+    (top, left), for the output gradient ``g`` (N, O, OH, OW).
+
+    On seed-cnn's (100, 1, 28, 28) and (100, 6, 26, 26) float32 (``python
+    benchmarks/seed_cnn_kernels.py``, AVX2, 2026-12-07): 264 us against 675 for the batch's
+    columns and their product on two threads, 432 against 940 on one."""
+    x = np.ascontiguousarray(x)
+    g = np.ascontiguousarray(g)
+    n, ksize = x.shape[0], gw.shape[2:]
+    flops = g.size * gw[0].size
+    threads = numba.get_num_threads() if threaded(n, flops, PARALLEL_MIN_FLOPS) else 1
+    rows = g.shape[2] + ksize[0] - 1
+    xss = _buffers(scratch, "few_xs", threads, (ksize[1], x.shape[1], rows, g.shape[3]), x.dtype)
+    parts = _buffer(scratch, "few_parts", (n,) + gw.shape, g.dtype)
+    run = _weight_parallel if threads > 1 else _weight
+    run(n, x, g, parts, xss, *padding)
+    np.sum(parts, axis=0, out=gw)

@@ -12,11 +12,12 @@ seeds' included) take their own loops, in two passes over a few planes at a time
 *pairs*): each row pair's larger entry and which row held it, along whole rows; then each
 window's maximum from two neighbours of that, along the planes' flattened outputs. Both
 passes are long loops of the same operations that vectorise, where a window at a time (13
-windows a row on seed-cnn's planes) ran scalar. Measured on (600, 26, 26) float32 planes with
-ReLU (AVX2, one thread, 2026-12-07): forward ~175 us against ~420 us, backward ~145 against
-~310; over two threads the planes are split in chunks (forward ~95-130 us). The window
-loops' arithmetic is kept (ties to the first offset, row-major; NaN planes found and redone
-by them), so both paths give the same bits.
+windows a row on seed-cnn's planes) ran scalar. The planes go in chunks, split over the
+threads. On seed-cnn's (600, 26, 26) float32 planes with ReLU (``python
+benchmarks/seed_cnn_kernels.py``, AVX2, 2026-12-07): two threads, forward 148 us against 332,
+backward 116 against 313; one thread 243 against 337 and 184 against 313. The window loops'
+arithmetic is kept (ties to the first offset, row-major; a chunk holding a NaN is redone by
+them), so both paths give the same bits.
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
 
 
 # -- 2x2 windows at stride 2: the pairs ---------------------------------------------------------
-# entries of the row-pair pass one chunk of planes holds (64 KiB of float32: the second pass
-# reads them back from the cache)
-PAIRS_CHUNK = 16384
+# entries of the row pass one chunk of planes holds (32 KiB of float32, read back from the
+# cache by the window pass; seed-cnn's planes measured fastest from 5 to 11 thousand)
+PAIRS_CHUNK = 8192
 # from how many input entries the chunks are split over numba's threads
 PARALLEL_MIN_SIZE = 1 << 16
 
@@ -167,38 +168,42 @@ if numba is not None:
     @cached_jit(inline="always", **_opts)
     def _row_pairs(x, oh, v, low):  # pragma: no cover - compiled
         """``v[(m*oh + i)*W + c]`` <- the larger of rows 2i and 2i+1 of plane m at column c (the
-        first at ties, NaN if either is), ``low`` whether it is the second row's."""
+        first at ties), ``low`` whether it is the second row's. Returns whether any entry read
+        is NaN (which the comparisons lose)."""
         w = x.shape[2]
+        nan = False
         for m in range(x.shape[0]):
             for i in range(oh):
-                r0, r1 = x[m, 2 * i], x[m, 2 * i + 1]
+                r0 = x[m, 2 * i]
+                r1 = x[m, 2 * i + 1]
                 base = (m * oh + i) * w
                 for c in range(w):
-                    a, b = r0[c], r1[c]
-                    second = (b > a) | (b != b)
+                    a = r0[c]
+                    b = r1[c]
+                    second = b > a
+                    nan |= (a != a) | (b != b)
                     v[base + c] = b if second else a
                     low[base + c] = second
+        return nan
 
     @cached_jit(inline="always", **_opts)
     def _pair_windows(v, low, o, ar, relu):  # pragma: no cover - compiled
         """Window f's maximum from entries 2f and 2f+1 of the row pass, its offset ``2*row +
         column`` (the smaller at ties) into ``o``, ``ar``; with ``relu`` 0 and offset 0 where the
-        maximum is not positive. Returns whether any maximum is NaN (whose window a row pass
-        may have taken from the wrong row)."""
+        maximum is not positive."""
         keep_all = not relu
         zero = o.dtype.type(0)
-        nan = False
         for f in range(o.size):
-            a, b = v[2 * f], v[2 * f + 1]
-            qa, qb = low[2 * f] * 2, low[2 * f + 1] * 2 + 1
-            right = (b > a) | (b != b) | ((b == a) & (qb < qa))
+            a = v[2 * f]
+            b = v[2 * f + 1]
+            qa = low[2 * f] * 2
+            qb = low[2 * f + 1] * 2 + 1
+            right = (b > a) | ((b == a) & (qb < qa))
             best = b if right else a
             q = qb if right else qa
-            nan |= best != best
             keep = (best > 0) | keep_all
             o[f] = best if keep else zero  # relu's 0, also where the maximum is -inf
             ar[f] = q if keep else 0
-        return nan
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _pairs_forward_chunk(t, x, out, arg, relu, vs, lows, nans, per, k):  # pragma: no cover
@@ -206,9 +211,9 @@ if numba is not None:
         hi = min(x.shape[0], lo + per)
         n = out.shape[1] * out.shape[2]
         v, low = vs[t], lows[t]
-        _row_pairs(x[lo:hi], out.shape[1], v, low)
+        nans[k] = _row_pairs(x[lo:hi], out.shape[1], v, low)
         o = out.reshape(out.size)[lo * n : hi * n]
-        nans[k] = _pair_windows(v, low, o, arg.reshape(arg.size)[lo * n : hi * n], relu)
+        _pair_windows(v, low, o, arg.reshape(arg.size)[lo * n : hi * n], relu)
 
     @cached_jit(inline="always", **_opts)
     def _spread_windows(g, arg, out, relu, v, low):  # pragma: no cover - compiled
