@@ -4,7 +4,8 @@
 ``body(*args, i)`` for every ``i`` in ``range(n)`` (``body`` is jitted but not
 ``inline="always"``: the loops call it as a closure). Each ``i`` runs whole on one thread, so
 the two give the same bits whatever the thread count; a kernel picks one by size
-(:func:`threaded`).
+(:func:`threaded`). Any other loop that closes over a jitted body is cached by
+:func:`keyed_by_body` (else every process compiles it again).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numba
 from ..jit import cached_jit
 
 
-def _keyed_by_body(loops: tuple, body, opts: dict) -> tuple:
+def keyed_by_body(loops: tuple, body, opts: dict) -> tuple:
     """``loops`` with their disk cache keyed by ``body``'s name and source file.
 
     numba keys a cached closure by its closed-over values, pickled; a dispatcher pickles with a
@@ -54,7 +55,7 @@ def split_loops(body, **opts):
         for i in numba.prange(n):
             body(*args, i)
 
-    return _keyed_by_body((serial, parallel), body, opts)
+    return keyed_by_body((serial, parallel), body, opts)
 
 
 def thread_loops(body, **opts):
@@ -72,7 +73,7 @@ def thread_loops(body, **opts):
         for i in numba.prange(n):
             body(numba.get_thread_id(), *args, i)
 
-    return _keyed_by_body((serial, parallel), body, opts)
+    return keyed_by_body((serial, parallel), body, opts)
 
 
 def threaded(slices: int, size: int, min_size: int) -> bool:

@@ -101,11 +101,12 @@ except ImportError:  # pragma: no cover
 
 if numba is not None:
     from ..jit import cached_jit
+    from .loops import keyed_by_body
 
     _jit = cached_jit(boundscheck=False, nogil=True, error_model="numpy")
     # float32 GELU: fused multiply-adds in its float64 polynomials (no reassociation)
     _jit_fma = cached_jit(boundscheck=False, nogil=True, error_model="numpy", fastmath={"contract"})
-    _pjit = cached_jit(boundscheck=False, nogil=True, parallel=True, error_model="numpy")
+    _PJIT = dict(boundscheck=False, nogil=True, parallel=True, error_model="numpy")
 
     c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12 = _ERFCX_COEFFS
 
@@ -194,15 +195,16 @@ if numba is not None:
             out[i] = g[i] if x[i] > 0 else zero
 
     def _chunked(body):
-        """``body(*arrays, lo, hi)`` over chunks of the flat arrays on numba's threads."""
+        """``body(*arrays, lo, hi)`` over chunks of the flat arrays on numba's threads (cached by
+        the body: numba's own key for this closure differs in every process)."""
 
-        @_pjit
+        @cached_jit(**_PJIT)
         def run(*arrays):  # pragma: no cover - compiled
             n = arrays[-1].size
             for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
                 body(*arrays, c * _CHUNK, min(n, (c + 1) * _CHUNK))
 
-        return run
+        return keyed_by_body((run,), body, _PJIT)[0]
 
     _SERIAL = {
         "erf": _erf_range,
