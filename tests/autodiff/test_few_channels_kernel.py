@@ -77,22 +77,33 @@ def test_inf_and_nan_reach_what_they_reach_in_the_reference():
     np.testing.assert_allclose(got[fine], want[fine], rtol=0, atol=2e-6 * np.abs(want[fine]).max())
 
 
+def _run(kernel, geometry, dtype, seed, scratch=None):
+    """The forward (``res``) or the weight gradient (``gw``) of one case, computed."""
+    if kernel == "forward":
+        x, w, padding, shape = _case(geometry, dtype, seed)
+        got = np.empty(shape, dtype)
+        few_channels.conv_few_forward(x, w, got, padding, scratch)
+        return got, _reference(x, w, padding, shape)
+    x, g, padding, w_shape = _weight_case(geometry, dtype, seed)
+    got = np.empty(w_shape, dtype)
+    few_channels.conv_few_weight(x, g, got, padding, scratch)
+    return got, _weight_reference(x, g, padding, w_shape)
+
+
+@pytest.mark.parametrize("kernel", ["forward", "weight"])
 @pytest.mark.parametrize("geometry", GEOMETRIES)
-def test_serial_and_parallel_runs_give_the_same_bits(geometry, threads, monkeypatch):
+def test_serial_and_parallel_runs_give_the_same_bits(geometry, kernel, threads, monkeypatch):
     monkeypatch.setattr(few_channels, "PARALLEL_MIN_FLOPS", 0)  # small cases in parallel too
-    x, w, padding, shape = _case(geometry, np.float32, seed=2)
     runs = []
     for count in (1, 2):
         threads(count)
-        got = np.empty(shape, np.float32)
-        few_channels.conv_few_forward(x, w, got, padding)
-        runs.append(got)
+        runs.append(_run(kernel, geometry, np.float32, seed=2)[0])
     assert runs[0].tobytes() == runs[1].tobytes()
 
 
-def test_a_workspace_holding_other_bytes_changes_nothing(monkeypatch):
+@pytest.mark.parametrize("kernel", ["forward", "weight"])
+def test_a_workspace_holding_other_bytes_changes_nothing(kernel, monkeypatch):
     monkeypatch.setattr(few_channels, "PARALLEL_MIN_FLOPS", 0)
-    x, w, padding, shape = _case(GEOMETRIES[1], np.float64, seed=3)
     kept = {}
 
     def scratch(key, shape):
@@ -100,13 +111,13 @@ def test_a_workspace_holding_other_bytes_changes_nothing(monkeypatch):
             kept[key] = np.full(shape, np.nan)  # garbage a plan's workspace may hold
         return kept[key]
 
-    first, second = np.empty(shape), np.empty(shape)
-    few_channels.conv_few_forward(x, w, first, padding, scratch)
+    first, want = _run(kernel, GEOMETRIES[3], np.float64, 3, scratch)
     for a in kept.values():
         a.fill(1e300)
-    few_channels.conv_few_forward(x, w, second, padding, scratch)
+    second, _ = _run(kernel, GEOMETRIES[3], np.float64, 3, scratch)
+    assert set(kept) == ({"few_xp", "few_z"} if kernel == "forward" else {"few_xs", "few_parts"})
     assert first.tobytes() == second.tobytes()
-    np.testing.assert_allclose(first, _reference(x, w, padding, shape), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(first, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -139,42 +150,6 @@ def test_inf_and_nan_reach_the_weight_gradient_where_they_reach_the_reference():
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     assert np.isnan(want).any() and np.isinf(want).any()
-
-
-@pytest.mark.parametrize("geometry", GEOMETRIES)
-def test_the_weight_gradient_gives_the_same_bits_serial_and_parallel(
-    geometry, threads, monkeypatch
-):
-    monkeypatch.setattr(few_channels, "PARALLEL_MIN_FLOPS", 0)
-    x, g, padding, w_shape = _weight_case(geometry, np.float32, seed=5)
-    runs = []
-    for count in (1, 2):
-        threads(count)
-        got = np.empty(w_shape, np.float32)
-        few_channels.conv_few_weight(x, g, got, padding)
-        runs.append(got)
-    assert runs[0].tobytes() == runs[1].tobytes()
-
-
-def test_the_weight_gradient_ignores_what_a_workspace_held(monkeypatch):
-    monkeypatch.setattr(few_channels, "PARALLEL_MIN_FLOPS", 0)
-    x, g, padding, w_shape = _weight_case(GEOMETRIES[3], np.float64, seed=6)
-    kept = {}
-
-    def scratch(key, shape):
-        if key not in kept:
-            kept[key] = np.full(shape, np.nan)
-        return kept[key]
-
-    first, second = np.empty(w_shape), np.empty(w_shape)
-    few_channels.conv_few_weight(x, g, first, padding, scratch)
-    for a in kept.values():
-        a.fill(1e300)
-    few_channels.conv_few_weight(x, g, second, padding, scratch)
-    assert first.tobytes() == second.tobytes()
-    assert {"few_xs", "few_parts"} <= set(kept)
-    want = _weight_reference(x, g, padding, w_shape)
-    np.testing.assert_allclose(first, want, rtol=1e-12, atol=1e-12)
 
 
 def test_the_rule_takes_few_channels_at_stride_one_only():
