@@ -6,11 +6,15 @@ forward's product, (O, C*KH*KW) @ (C*KH*KW, OH*OW), is too thin for BLAS (K = 9 
 channel): the per-sample products cost ~10x their multiply-adds. Here the image is copied into
 a zero-padded buffer (C, HP, WP) and each output plane computed at the buffer's width, its
 entries the taps' runs of the buffer (tap (c, kh, kw) starts at ``c*HP*WP + kh*WP + kw``)
-weighted and summed three taps at a time, taps in (c, kh, kw) order; the entries past OW,
-which wrap into the next row, are dropped when the plane is copied out (an inf or NaN there
-reaches nothing). Measured on seed-cnn's (100, 1, 28, 28) * (6, 1, 3, 3), two threads, AVX2
-(2026-12-07): ~330 us against ~680 us for the per-sample columns and products. Each image is
-computed by one thread: serial and parallel runs give the same bits.
+weighted and summed three taps at a time, taps in (c, kh, kw) order, two output channels a
+pass (they share the runs' loads); the entries past OW, which wrap into the next row, are
+dropped when the plane is copied out (an inf or NaN there reaches nothing). Measured on
+seed-cnn's (100, 1, 28, 28) * (6, 1, 3, 3), two threads, AVX2 (2026-12-07): ~330 us against
+~680 us for the per-sample columns and products with one channel a pass; two a pass (the same
+bits) then 242-273 against 272-317 us on two threads, 254-280 against 310-520 on one, and a
+ResNet stem's 16 channels 407-556 against 651-665 on two threads (the two versions' processes
+alternating, two rounds, medians of 300 calls). Each image is computed by one thread: serial
+and parallel runs give the same bits.
 
 The weight's gradient, image by image: each image's padded columns copied once per kernel
 column kw at the output's width, (KW, C, HP, OW), so that tap (c, kh, kw)'s window over the
@@ -62,54 +66,68 @@ if numba is not None:
         fill_padded(x, n, xp, ph, pw, xp.shape[1])
 
     @cached_jit(inline="always", **_opts)
-    def _taps_into(zr, flat, shifts, w, o, size, add):  # pragma: no cover - compiled
-        """zr[:size] (+)= the sum over taps t of w[o, t] * flat[shifts[t]:][:size], the taps
-        taken three at a time (one store per entry for three multiply-adds: the loop is bound
-        by its loads and stores), in order, each group's sum added to the entry."""
+    def _taps_into(z0, z1, flat, shifts, w, o0, o1, size):  # pragma: no cover - compiled
+        """z0[:size], z1[:size] <- the sums over taps t of w[o0, t] (w[o1, t]) * the run
+        flat[shifts[t]:][:size]: two output channels a pass, sharing the runs' loads, the taps
+        taken three at a time (for three multiply-adds per output entry, one load and one store
+        of it: the loop is bound by its loads and stores), each group's sum added in order."""
         taps = shifts.shape[0]
         t = 0
         while t < taps:
-            left = taps - t
-            if left >= 3:
-                w0, w1, w2 = w[o, t], w[o, t + 1], w[o, t + 2]
-                r0 = flat[shifts[t] : shifts[t] + size]
+            r0 = flat[shifts[t] : shifts[t] + size]
+            if taps - t >= 3:
+                a0, a1, a2 = w[o0, t], w[o0, t + 1], w[o0, t + 2]
+                b0, b1, b2 = w[o1, t], w[o1, t + 1], w[o1, t + 2]
                 r1 = flat[shifts[t + 1] : shifts[t + 1] + size]
                 r2 = flat[shifts[t + 2] : shifts[t + 2] + size]
-                if add:
+                if t > 0:
                     for q in range(size):
-                        zr[q] += (w0 * r0[q] + w1 * r1[q]) + w2 * r2[q]
+                        x0, x1, x2 = r0[q], r1[q], r2[q]
+                        z0[q] += (a0 * x0 + a1 * x1) + a2 * x2
+                        z1[q] += (b0 * x0 + b1 * x1) + b2 * x2
                 else:
                     for q in range(size):
-                        zr[q] = (w0 * r0[q] + w1 * r1[q]) + w2 * r2[q]
+                        x0, x1, x2 = r0[q], r1[q], r2[q]
+                        z0[q] = (a0 * x0 + a1 * x1) + a2 * x2
+                        z1[q] = (b0 * x0 + b1 * x1) + b2 * x2
                 t += 3
             else:
-                w0 = w[o, t]
-                r0 = flat[shifts[t] : shifts[t] + size]
-                if add:
+                a0, b0 = w[o0, t], w[o1, t]
+                if t > 0:
                     for q in range(size):
-                        zr[q] += w0 * r0[q]
+                        z0[q] += a0 * r0[q]
+                        z1[q] += b0 * r0[q]
                 else:
                     for q in range(size):
-                        zr[q] = w0 * r0[q]
+                        z0[q] = a0 * r0[q]
+                        z1[q] = b0 * r0[q]
                 t += 1
-            add = True
+
+    @cached_jit(inline="always", **_opts)
+    def _plane_out(z, res, n, o, wp):  # pragma: no cover - compiled
+        """res[n, o] <- z's rows at the padded width wp, the entries past OW dropped."""
+        oh, ow = res.shape[2], res.shape[3]
+        for i in range(oh):
+            src = z[i * wp : i * wp + ow]
+            dst = res[n, o, i]
+            for j in range(ow):
+                dst[j] = src[j]
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _forward_image(t, x, wt, shifts, res, xps, zs, ph, pw, n):  # pragma: no cover
-        xp, z = xps[t], zs[t]
+        xp = xps[t]
         _fill(x, n, xp, ph, pw)
-        oh, ow = res.shape[2], res.shape[3]
         wp = xp.shape[2]
-        size = oh * wp
+        size = res.shape[2] * wp
         flat = xp.ravel()
-        zr = z[:size]
-        for o in range(wt.shape[0]):
-            _taps_into(zr, flat, shifts, wt, o, size, False)
-            for i in range(oh):
-                src = zr[i * wp : i * wp + ow]
-                dst = res[n, o, i]
-                for j in range(ow):
-                    dst[j] = src[j]
+        z0, z1 = zs[t, 0, :size], zs[t, 1, :size]
+        channels = wt.shape[0]
+        for o in range(0, channels, 2):  # an odd count's last channel paired with itself
+            o1 = min(o + 1, channels - 1)
+            _taps_into(z0, z1, flat, shifts, wt, o, o1, size)
+            _plane_out(z0, res, n, o, wp)
+            if o1 != o:
+                _plane_out(z1, res, n, o1, wp)
 
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
 
@@ -220,7 +238,7 @@ def conv_few_forward(x, w, res, padding, scratch=None) -> None:
     threads = numba.get_num_threads() if threaded(n, flops, PARALLEL_MIN_FLOPS) else 1
     shape = _padded(x.shape, w.shape, res.shape[2:])
     xps = _buffers(scratch, "few_xp", threads, shape, x.dtype)
-    zs = _buffers(scratch, "few_z", threads, (res.shape[2] * shape[2],), x.dtype)
+    zs = _buffers(scratch, "few_z", threads, (2, res.shape[2] * shape[2]), x.dtype)
     wt = np.ascontiguousarray(w.reshape(w.shape[0], -1))
     run = _forward_parallel if threads > 1 else _forward
     run(n, x, wt, _shifts(shape, tuple(w.shape[2:])), res, xps, zs, *padding)
