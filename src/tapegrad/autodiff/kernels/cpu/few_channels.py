@@ -192,8 +192,9 @@ if numba is not None:
 
 
 def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation) -> bool:
-    """Whether this CPU runs a convolution's forward of this kind here: 2-d, ungrouped, float32
-    or float64, at most ``MAX_CHANNELS`` input channels, stride 1, no dilation."""
+    """Whether this CPU runs a convolution's forward and weight gradient of this kind here:
+    2-d, ungrouped, float32 or float64, at most ``MAX_CHANNELS`` input channels, stride 1, no
+    dilation."""
     return (
         numba is not None
         and ndim == 2
