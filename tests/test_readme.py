@@ -31,18 +31,24 @@ def test_readme_python_blocks_run():
 
 
 # The sample's losses and accuracies are the same bits on every x86-64 machine only if its
-# matrix products round the same. OpenBLAS picks its kernels for the CPU it finds (Haswell's on
-# this AMD Zen 5, SkylakeX's on AVX-512 Intel chips) and splits a product by its thread count;
-# another choice of either moves the figures of the second epoch (97.45% test accuracy with
-# SkylakeX's kernels, 97.34% with Haswell's; one thread moves the first epoch's too). So the
-# sample is made and checked with both pinned. Products of 2 MFLOP and more are cut into a piece
-# per numba thread (``kernels/cpu/products.py``), so numba's thread count is pinned too (two:
-# the sample's machine). numba's other kernels and NumPy's own loops measured the same bits on
-# every setting tried (NUMBA_CPU_NAME=generic, NumPy's AVX-512 loops disabled).
-PINNED_BLAS = {
+# kernels round the same. OpenBLAS picks its kernels for the CPU it finds (Haswell's on this AMD
+# Zen 5, SkylakeX's on AVX-512 Intel chips) and splits a product by its thread count; another
+# choice of either moves the figures of the second epoch (97.45% test accuracy with SkylakeX's
+# kernels, 97.34% with Haswell's; one thread moves the first epoch's too). numba compiles for the
+# CPU it finds too, and the few-channel weight gradient's dots (``kernels/cpu/few_channels.py``)
+# are summed in vector lanes whose count LLVM picks for that CPU: the sample made on a Zen 3 moved
+# in the first epoch's third decimal on a Zen 4 (and came back exactly with numba told to compile
+# for Zen 3). So the sample is made and checked with both pinned: OpenBLAS's Haswell kernels and
+# numba compiling for a Haswell (its features only: ``NUMBA_CPU_FEATURES`` empty), which every
+# x86-64 CPU with AVX2 and FMA runs. Products of 2 MFLOP and more are cut into a piece per numba
+# thread (``kernels/cpu/products.py``), so numba's thread count is pinned too (two: the sample's
+# machine). NumPy's own loops measured the same bits with its AVX-512 loops disabled.
+PINNED = {
     "OPENBLAS_CORETYPE": "Haswell",
     "OPENBLAS_NUM_THREADS": "2",
     "NUMBA_NUM_THREADS": "2",
+    "NUMBA_CPU_NAME": "haswell",
+    "NUMBA_CPU_FEATURES": "",
 }
 _BLAS_CORE = """
 import ctypes
@@ -67,7 +73,7 @@ def _check_blas_pin(env: dict[str, str]) -> None:
         "the sample is checked with OpenBLAS's Haswell kernels, which need AVX2 and FMA"
     )
     r = subprocess.run([sys.executable, "-c", _BLAS_CORE], capture_output=True, text=True, env=env)
-    core = PINNED_BLAS["OPENBLAS_CORETYPE"]
+    core = PINNED["OPENBLAS_CORETYPE"]
     assert r.stdout.split()[:1] == [core], (
         f"NumPy's BLAS did not take {core}'s kernels: {r.stdout or r.stderr}"
     )
@@ -78,7 +84,7 @@ def _run(command: str) -> str:
     shared = root.parent / "shared" / "data"  # where tests/conftest.py looks too
     env = {
         **os.environ,
-        **PINNED_BLAS,
+        **PINNED,
         "CI": "true",
         "TAPEGRAD_DATA": os.environ.get("TAPEGRAD_DATA", str(shared)),
     }

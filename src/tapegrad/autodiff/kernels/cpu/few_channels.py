@@ -22,10 +22,12 @@ whole output plane is one run of it (from row kh) and each weight entry one dot 
 OH*OW entries with the output gradient's plane; three taps a pass share the gradient's loads.
 The dots are the one place tapegrad's CPU kernels let LLVM reassociate (``fastmath``
 ``reassoc``, no other flag: NaN and inf propagate as ever): a dot in vector lanes, whose order
-is fixed by the machine's vector width as BLAS's own blocking is; without it the dot runs one
-product at a time (6x slower). Each image's gradient is kept apart and the images summed in
-order, so serial and parallel runs give the same bits. Measured on seed-cnn's (100, 1, 28, 28)
-and (100, 6, 26, 26), AVX2, 2026-12-07: see :func:`conv_few_weight`.
+is fixed by the machine's vector width as BLAS's own blocking is (README's sample pins numba's
+target for it); without it the dot runs one product at a time (6x slower), and written-out
+lanes in a fixed order measured 6-8x slower too (LLVM vectorises neither). Each image's
+gradient is kept apart and the images summed in order, so serial and parallel runs give the
+same bits. Measured on seed-cnn's (100, 1, 28, 28) and (100, 6, 26, 26), AVX2, 2026-12-07: see
+:func:`conv_few_weight`.
 
 The input's gradient keeps the columns' products (``primitives/conv_layout.py``): the adjoint
 runs measured 0.9-1.7x the products' time on seed-cnn's and a ResNet stem's shapes, and 2-4x
