@@ -68,7 +68,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -152,6 +151,7 @@ class Primitive:
         "aux",
         "differentiable",
         "diff_mask",
+        "diff_all",
         "higher_order",
         "effect",
         "saved",
@@ -188,6 +188,10 @@ class Primitive:
             self.vjp_all = _one_rule(self.vjps)
             self.differentiable = any(v is not None for v in self.vjps)
         self.diff_mask = None if callable(vjp) else tuple(v is not None for v in self.vjps)
+        # how many leading inputs all have a rule (None: a rule for every input; -1: not all
+        # of them do): apply's fast path for one or two inputs
+        mask = self.diff_mask
+        self.diff_all = None if mask is None else (len(mask) if all(mask) else -1)
         self.reference = reference
         self.samples = samples
         self.broadcasting = broadcasting
@@ -204,9 +208,6 @@ class Primitive:
         if self.diff_mask is None:
             return self.vjp_all is not None
         return i < len(self.diff_mask) and self.diff_mask[i]
-
-    def __call__(self, *args: Any, **attrs: Any):
-        return apply(self, *args, **attrs)
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -286,57 +287,69 @@ class Node:
         self.site = site  # "file:line" of the call, recorded in anomaly mode only
 
     def vjp(self, g: np.ndarray) -> list:
-        """Each parent's gradient from the rules, run on the saved arrays (no graph)."""
-        return self._run_rules(g, self.out, self.inputs, self.aux, False)
+        """Each parent's gradient from the rules, run on the saved arrays (no graph): the eager
+        backward pass, once per recorded operation."""
+        prim, parents, inputs = self.prim, self.parents, self.inputs
+        attrs = {**self.attrs, "aux": self.aux} if prim.aux else self.attrs
+        grads = prim.vjp_all(g, self.out, [p is not None for p in parents], *inputs, **attrs)
+        if type(grads) is not list:
+            grads = list(grads)
+        i = 0
+        for p, gi in zip(parents, grads):
+            if p is not None and gi is not None:
+                if type(gi) is not np.ndarray and not on_device(gi):
+                    gi = np.asarray(gi)  # ufuncs return NumPy scalars for 0-d inputs
+                grads[i] = self._fit(gi, i, inputs[i].shape, p.data.dtype)
+            i += 1
+        return grads
 
     def vjp_tensors(self, g, out, record: bool) -> list:
         """The same rules run on Tensors (the output, the parents, constants for the other
         inputs and the saved arrays), so each operation they perform is a recorded one: a graph
         that can be differentiated again (``record``) and, while tracing, a plan's equations."""
-        if record and not self.prim.higher_order:
+        prim = self.prim
+        if record and not prim.higher_order:
             raise GraphError(
-                f"{self.prim.name}: its gradient cannot be differentiated (its VJP runs fused "
+                f"{prim.name}: its gradient cannot be differentiated (its VJP runs fused "
                 f"kernels); second derivatives, hvp, hessian, jacobian and jvp work through "
                 f"the other operations"
             )
+        parents = self.parents
         inputs = [
             p if p is not None else (_constant(a) if _is_array(a) else a)
-            for p, a in zip(self.parents, self.inputs)
+            for p, a in zip(parents, self.inputs)
         ]
-        if record and self.prim.saved is not None:  # saved values as functions of the inputs
-            aux = tuple(self.prim.saved(*inputs, **self.attrs))
+        if record and prim.saved is not None:  # saved values as functions of the inputs
+            aux = tuple(prim.saved(*inputs, **self.attrs))
         else:
             aux = tuple(_constant(a) for a in self.aux)
-        return self._run_rules(g, out, inputs, aux, True)
-
-    def _run_rules(self, g, out, inputs, aux, tensors: bool) -> list:
-        prim, parents, attrs = self.prim, self.parents, self.attrs
-        if prim.aux:
-            attrs = {**attrs, "aux": aux}
-        needs = [p is not None for p in parents]
-        grads = prim.vjp_all(g, out, needs, *inputs, **attrs)
+        attrs = {**self.attrs, "aux": aux} if prim.aux else self.attrs
+        grads = prim.vjp_all(g, out, [p is not None for p in parents], *inputs, **attrs)
         if type(grads) is not list:
             grads = list(grads)
         for i, (p, gi) in enumerate(zip(parents, grads)):
             if p is None or gi is None:
                 continue
-            x = inputs[i]
-            if tensors:
-                if not isinstance(gi, TensorBase):
-                    gi = _constant(gi if is_array(gi) else asarray(gi, like=x.data))
-            elif type(gi) is not np.ndarray and not on_device(gi):
-                gi = np.asarray(gi)
-            if prim.broadcasting and gi.shape != x.shape:
-                gi = run(REGISTRY["sum_to"], gi, shape=x.shape)
-            if gi.shape != x.shape:
-                raise GraphError(
-                    f"internal error: VJP of {prim.name} returned a gradient of shape {gi.shape} "
-                    f"for input {i} of shape {x.shape}"
-                )
-            if gi.dtype != p.dtype:  # each input its gradient in its own dtype (promotion)
-                gi = gi.astype(p.dtype)
-            grads[i] = gi
+            if not isinstance(gi, TensorBase):
+                gi = _constant(gi if is_array(gi) else asarray(gi, like=inputs[i].data))
+            grads[i] = self._fit(gi, i, inputs[i].shape, p.dtype)
         return grads
+
+    def _fit(self, gi, i: int, shape: tuple, dtype):
+        """A rule's gradient for input ``i`` in the input's ``shape`` and ``dtype``: a
+        broadcasting primitive's summed to the shape (any other shape is an internal error),
+        cast where the input's dtype differs (promotion)."""
+        if gi.shape != shape:
+            if self.prim.broadcasting:
+                gi = run(REGISTRY["sum_to"], gi, shape=shape)
+            if gi.shape != shape:
+                raise GraphError(
+                    f"internal error: VJP of {self.prim.name} returned a gradient of shape "
+                    f"{gi.shape} for input {i} of shape {shape}"
+                )
+        if gi.dtype != dtype:
+            gi = gi.astype(dtype)
+        return gi
 
     def release(self):
         self.parents = self.inputs = self.out = self.attrs = self.aux = None
@@ -399,13 +412,19 @@ def apply(prim, *args, **attrs):
     ):  # a fused kernel inside a graph being recorded: what it computes, differentiably
         return prim.composite(*args, **attrs)
     arrays = None
-    if prim.broadcasting and len(args) == 2:  # the usual binary case, without a loop
-        a, b = args
-        da = a.data if isinstance(a, TensorBase) else a
-        db = b.data if isinstance(b, TensorBase) else b
-        if type(da) is np.ndarray and type(db) is np.ndarray and da.dtype is db.dtype:
-            if da.dtype.kind == "f":
-                arrays = [da, db]
+    if prim.broadcasting:  # the usual unary and binary cases, without a loop
+        if len(args) == 2:
+            a, b = args
+            da = a.data if isinstance(a, TensorBase) else a
+            db = b.data if isinstance(b, TensorBase) else b
+            if type(da) is np.ndarray and type(db) is np.ndarray and da.dtype is db.dtype:
+                if da.dtype.kind == "f":
+                    arrays = [da, db]
+        elif len(args) == 1:
+            (a,) = args
+            da = a.data if isinstance(a, TensorBase) else a
+            if type(da) is np.ndarray and da.dtype.kind == "f":
+                arrays = [da]
     if arrays is None:
         if prim.broadcasting:
             arrays = _lift(prim, args)
@@ -415,13 +434,10 @@ def apply(prim, *args, **attrs):
             _check_dtypes(prim, arrays)
     try:
         out = prim.forward(*arrays, **attrs)
+    except (ShapeError, DTypeError):
+        raise
     except (ValueError, IndexError) as e:
-        if isinstance(e, (ShapeError, DTypeError)):
-            raise
-        shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in arrays)
-        error = IndexOutOfRange if isinstance(e, IndexError) else ShapeError
-        said = str(e) if str(e).startswith(f"{prim.name}:") else f"{prim.name}: {e}"
-        raise error(f"{said} (input shapes: {shapes})") from e
+        raise _forward_error(prim, arrays, e) from e
     aux = ()
     packed = type(out) is tuple
     if packed:
@@ -437,17 +453,8 @@ def apply(prim, *args, **attrs):
         anomaly.check_forward(prim, arrays, out, site)
     result = None
     if _GradMode.enabled and prim.differentiable:
-        mask = prim.diff_mask
-        if mask is None:
-            parents = tuple(
-                a if isinstance(a, TensorBase) and a.requires_grad else None for a in args
-            )
-        else:
-            parents = tuple(
-                a if isinstance(a, TensorBase) and a.requires_grad and m else None
-                for a, m in zip(args, mask)
-            )
-        if any(p is not None for p in parents):
+        parents = _parents(prim, args)
+        if parents is not None:
             result = _state.make_tensor(
                 out, Node(prim, parents, arrays, out, attrs, aux, site), True
             )
@@ -459,6 +466,42 @@ def apply(prim, *args, **attrs):
         if prim.effect:
             trace.resnapshot()  # a recorded change (tg.assign): replays repeat it
     return result
+
+
+
+def _forward_error(prim, arrays, e: Exception) -> Exception:
+    """A forward's ValueError or IndexError as tapegrad's error, naming the operation and the
+    input shapes."""
+    shapes = ", ".join(str(getattr(a, "shape", type(a).__name__)) for a in arrays)
+    error = IndexOutOfRange if isinstance(e, IndexError) else ShapeError
+    said = str(e) if str(e).startswith(f"{prim.name}:") else f"{prim.name}: {e}"
+    return error(f"{said} (input shapes: {shapes})")
+
+
+def _parents(prim, args) -> tuple | None:
+    """The recorded node's parents: each input that needs a gradient and has a rule (None for
+    the others); None when no input does."""
+    full = prim.diff_all
+    if len(args) <= 2 and (full is None or full == len(args)):  # the usual arities, no generator
+        parents, recorded = (), False
+        for a in args:
+            if isinstance(a, TensorBase) and a.requires_grad:
+                parents += (a,)
+                recorded = True
+            else:
+                parents += (None,)
+        return parents if recorded else None
+    mask = prim.diff_mask
+    parents = tuple(
+        a if isinstance(a, TensorBase) and a.requires_grad and (mask is None or m) else None
+        for a, m in zip(args, mask or args)
+    )
+    return parents if any(p is not None for p in parents) else None
+
+
+# calling a primitive is apply itself (not a method that calls it: a Python frame fewer on every
+# eager operation)
+Primitive.__call__ = apply
 
 
 def _apply_multi(prim, args, arrays, attrs, outs) -> tuple:

@@ -7,6 +7,7 @@ non-negative ints before recording, so every rule sees one form.
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as np
 
@@ -59,8 +60,9 @@ _sum = primitive(
 )
 
 
-def _count(x, axis):
-    return int(np.prod([x.shape[a] for a in axis], dtype=np.int64))
+def _count(x, axis) -> int:
+    shape = x.shape
+    return math.prod([shape[a] for a in axis])  # np.prod's Python dispatch is ~2 us a call
 
 
 def _mean_fwd(x, axis, keepdims, out=None):
@@ -75,7 +77,7 @@ def _mean_fwd(x, axis, keepdims, out=None):
     # the array's dtype gives the same bits (a float64 quotient rounded to float32 is the
     # correctly rounded float32 quotient) and allocates nothing. Eager and compiled calls both
     # take this path.
-    total = np.asarray(np.sum(x, axis=axis, keepdims=keepdims, out=out))
+    total = np.asarray(x.sum(axis=axis, keepdims=keepdims, out=out))  # the method: no dispatch
     return np.divide(total, x.dtype.type(_count(x, axis)), out=total)
 
 

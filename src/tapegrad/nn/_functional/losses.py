@@ -151,6 +151,8 @@ def _check_labels(fname: str, ids: np.ndarray, shape, x_shape, c: int, ignore_in
             f"{fname}: integer labels must have shape {tuple(shape)} for {fname.split('_')[0]} "
             f"input {tuple(x_shape)}, got {ids.shape}"
         )
+    if ids.size == 0 or (ids.min() >= 0 and ids.max() < c):  # every label a class (usual)
+        return
     bad = (ids != ignore_index) & ((ids < 0) | (ids >= c))
     if bad.any():
         raise IndexError(
