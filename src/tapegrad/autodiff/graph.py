@@ -39,17 +39,18 @@ def toposort(*roots: Tensor) -> list[Tensor]:
     depth is limited by memory only)."""
     order: list[Tensor] = []
     visited: set[int] = set()
-    stack: list = [(r, False) for r in reversed(roots)]
-    pop, push, done = stack.pop, stack.append, order.append
+    # a tensor to visit, or (tensor,): its parents are done, it goes next in the order
+    stack: list = list(reversed(roots))
+    pop, push, done, seen = stack.pop, stack.append, order.append, visited.add
     while stack:
-        t, expanded = pop()
-        if expanded:
-            done(t)
+        t = pop()
+        if type(t) is tuple:
+            done(t[0])
             continue
         k = id(t)
         if k in visited:
             continue
-        visited.add(k)
+        seen(k)
         node = t._node
         if node is None:  # a leaf: nothing to visit first
             done(t)
@@ -59,10 +60,10 @@ def toposort(*roots: Tensor) -> list[Tensor]:
                 "backward: this graph was freed by an earlier backward(); pass "
                 "retain_graph=True to the first backward() to run backward through it again"
             )
-        push((t, True))
+        push((t,))
         for p in reversed(node.parents):
             if p is not None and id(p) not in visited:
-                push((p, False))
+                push(p)
     return order
 
 
@@ -113,6 +114,7 @@ def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
         prev = grads.get(id(r))
         grads[id(r)] = g if prev is None else prev + g
     found: dict[int, object] = {}
+    check = anomaly._Mode.enabled
     mode = _GradMode.enabled
     if tensors:
         _GradMode.enabled = create_graph  # a graph pass records the rules it runs
@@ -142,7 +144,7 @@ def _pass(roots, seeds, targets, retain_graph: bool, create_graph: bool):
                 input_grads = node.vjp_tensors(g, t, create_graph)
             else:
                 input_grads = node.vjp(g)
-                if anomaly._Mode.enabled:
+                if check:
                     anomaly.check_backward(node, g, input_grads)
             for p, gp in zip(node.parents, input_grads):
                 if p is None or gp is None:

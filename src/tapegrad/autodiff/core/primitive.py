@@ -189,7 +189,7 @@ class Primitive:
             self.differentiable = any(v is not None for v in self.vjps)
         self.diff_mask = None if callable(vjp) else tuple(v is not None for v in self.vjps)
         # how many leading inputs all have a rule (None: a rule for every input; -1: not all
-        # of them do): apply's fast path for one or two inputs
+        # of them do): apply's inline path for one or two inputs
         mask = self.diff_mask
         self.diff_all = None if mask is None else (len(mask) if all(mask) else -1)
         self.reference = reference
@@ -299,7 +299,12 @@ class Node:
             if p is not None and gi is not None:
                 if type(gi) is not np.ndarray and not on_device(gi):
                     gi = np.asarray(gi)  # ufuncs return NumPy scalars for 0-d inputs
-                grads[i] = self._fit(gi, i, inputs[i].shape, p.data.dtype)
+                shape, dtype = inputs[i].shape, p.data.dtype
+                grads[i] = (
+                    gi
+                    if gi.shape == shape and gi.dtype == dtype
+                    else self._fit(gi, i, shape, dtype)
+                )
             i += 1
         return grads
 
@@ -401,18 +406,16 @@ def _check_dtypes(prim, arrays) -> None:
 def apply(prim, *args, **attrs):
     """Run ``prim`` on tensors/arrays/numbers and, when any input needs a gradient, record it.
 
-    Returns a Tensor, or a tuple of Tensors for a multi-output primitive."""
+    Returns a Tensor, or a tuple of Tensors for a multi-output primitive. (Every eager operation
+    runs this: the usual cases, one or two float arrays of one dtype, take the first branches
+    without a loop or a call.)"""
     if _TRACING.active is not None:  # a .grad read inside a traced step: its traced value
         lift = _TRACING.lift
         args = tuple(lift(a) for a in args)
-    if (
-        prim.composite is not None
-        and _GradMode.enabled
-        and any(isinstance(a, TensorBase) and a.requires_grad for a in args)
-    ):  # a fused kernel inside a graph being recorded: what it computes, differentiably
-        return prim.composite(*args, **attrs)
+    if prim.composite is not None and _recording(args):
+        return prim.composite(*args, **attrs)  # a fused kernel in a graph: what it computes
     arrays = None
-    if prim.broadcasting:  # the usual unary and binary cases, without a loop
+    if prim.broadcasting:
         if len(args) == 2:
             a, b = args
             da = a.data if isinstance(a, TensorBase) else a
@@ -426,12 +429,7 @@ def apply(prim, *args, **attrs):
             if type(da) is np.ndarray and da.dtype.kind == "f":
                 arrays = [da]
     if arrays is None:
-        if prim.broadcasting:
-            arrays = _lift(prim, args)
-        else:
-            arrays = [a.data if isinstance(a, TensorBase) else a for a in args]
-        if len(arrays) > 1:
-            _check_dtypes(prim, arrays)
+        arrays = _operands(prim, args)
     try:
         out = prim.forward(*arrays, **attrs)
     except (ShapeError, DTypeError):
@@ -443,23 +441,30 @@ def apply(prim, *args, **attrs):
     if packed:
         if not prim.aux:
             return _apply_multi(prim, args, arrays, attrs, out)
-        out, *aux = out
-        aux = tuple(aux)
+        out, aux = out[0], out[1:]
     if type(out) is not np.ndarray and not on_device(out):
         out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
     site = None
     if anomaly._Mode.enabled:
         site = anomaly.call_site()
         anomaly.check_forward(prim, arrays, out, site)
-    result = None
+    node = None
     if _GradMode.enabled and prim.differentiable:
-        parents = _parents(prim, args)
+        k = len(args)
+        if 0 < k <= 2 and prim.diff_all in (None, k):  # each input has a rule
+            a = args[0]
+            pa = a if isinstance(a, TensorBase) and a.requires_grad else None
+            if k == 1:
+                parents = None if pa is None else (pa,)
+            else:
+                b = args[1]
+                pb = b if isinstance(b, TensorBase) and b.requires_grad else None
+                parents = None if pa is None and pb is None else (pa, pb)
+        else:
+            parents = _parents(prim, args)
         if parents is not None:
-            result = _state.make_tensor(
-                out, Node(prim, parents, arrays, out, attrs, aux, site), True
-            )
-    if result is None:
-        result = _state.make_tensor(out, None, False)
+            node = Node(prim, parents, arrays, out, attrs, aux, site)
+    result = _state.make_tensor(out, node, node is not None)
     trace = _TRACING.active
     if trace is not None:
         trace.record_eq(prim, args, arrays, attrs, (result,), aux, packed)
@@ -467,6 +472,23 @@ def apply(prim, *args, **attrs):
             trace.resnapshot()  # a recorded change (tg.assign): replays repeat it
     return result
 
+
+def _recording(args) -> bool:
+    """Whether an operation on ``args`` is recorded: gradients on and an input needs one."""
+    return _GradMode.enabled and any(isinstance(a, TensorBase) and a.requires_grad for a in args)
+
+
+def _operands(prim, args) -> list:
+    """The arrays a primitive's forward takes for ``args`` (not the usual cases ``apply``
+    handles inline): an elementwise primitive's lifted to the dtype it computes in, the dtypes
+    of the others' checked."""
+    if prim.broadcasting:
+        arrays = _lift(prim, args)
+    else:
+        arrays = [a.data if isinstance(a, TensorBase) else a for a in args]
+    if len(arrays) > 1:
+        _check_dtypes(prim, arrays)
+    return arrays
 
 
 def _forward_error(prim, arrays, e: Exception) -> Exception:
@@ -481,16 +503,6 @@ def _forward_error(prim, arrays, e: Exception) -> Exception:
 def _parents(prim, args) -> tuple | None:
     """The recorded node's parents: each input that needs a gradient and has a rule (None for
     the others); None when no input does."""
-    full = prim.diff_all
-    if len(args) <= 2 and (full is None or full == len(args)):  # the usual arities, no generator
-        parents, recorded = (), False
-        for a in args:
-            if isinstance(a, TensorBase) and a.requires_grad:
-                parents += (a,)
-                recorded = True
-            else:
-                parents += (None,)
-        return parents if recorded else None
     mask = prim.diff_mask
     parents = tuple(
         a if isinstance(a, TensorBase) and a.requires_grad and (mask is None or m) else None
