@@ -27,6 +27,8 @@ from .cpu.by_image import conv_image_input_reference as conv_image_input
 from .cpu.by_image import conv_image_weight_reference as conv_image_weight
 from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
+from .cpu.elman import rnn_scan_backward_reference as rnn_scan_backward
+from .cpu.elman import rnn_scan_forward_reference as rnn_scan_forward
 from .cpu.norm import softmax_forward_reference as softmax_forward
 from .cpu.products import matmul_reference as matmul
 from .cpu.random import dropout_mask_reference as dropout_mask
@@ -58,6 +60,9 @@ __all__ = [
     "matmul",
     "relu_backward",
     "relu_forward",
+    "rnn_scan_backward",
+    "rnn_scan_forward",
+    "rnn_scan_rows",
     "select",
     "softmax_backward",
     "softmax_forward",
@@ -126,6 +131,12 @@ def conv_backward(g, x, w, gw, gb, gx, scratch=None) -> None:
 def conv_by_image(dtype, channels_per_group: int, groups: int, ndim: int) -> bool:
     """No image-by-image convolutions here (their kernels call the CPU's BLAS from numba's
     threads); ``conv_image_*`` are the whole-batch array operations, for a direct call."""
+    return False
+
+
+def rnn_scan_rows(dtype) -> bool:
+    """No Elman scan kernels here (they call the CPU's BLAS from numba's threads): the
+    primitive runs its steps one by one; ``rnn_scan_*`` are those steps, for a direct call."""
     return False
 
 

@@ -37,7 +37,7 @@ from ..errors import ShapeError
 from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .linalg import matmul_into
-from .registry import Sample, primitive, run, scratch
+from .registry import Sample, kernel_scratch, primitive, run, scratch
 
 
 def rnn_scan_forward(xp, whh, h0, nonlinearity, hs, scratch, zero_h0=False):
@@ -90,10 +90,19 @@ def _forward(xp, whh, h0, nonlinearity, zero_h0=False, out=None, ws=None):
     # h0's shape sets the backward kernel's loop bounds (boundscheck off), even with zero_h0
     _check_states("rnn_scan", xp, whh, 1, {"h0": h0})
     hs = _xp(xp).empty(xp.shape, dtype=xp.dtype) if out is None else out
-    rnn_scan_forward(
-        xp, whh, h0, nonlinearity, hs, scratch(ws, "h", h0.shape, xp.dtype, like=xp), zero_h0
-    )
+    kernels = kernels_for(xp)
+    if kernels.rnn_scan_rows(xp.dtype) and _fit(hs, (xp, whh, h0)):  # the whole scan at once
+        tanh, work = nonlinearity == "tanh", kernel_scratch(ws, xp)
+        kernels.rnn_scan_forward(xp, whh, h0, tanh, zero_h0, hs, work)
+    else:
+        hw = scratch(ws, "h", h0.shape, xp.dtype, like=xp)
+        rnn_scan_forward(xp, whh, h0, nonlinearity, hs, hw, zero_h0)
     return hs
+
+
+def _fit(hs, others) -> bool:
+    """What the scan kernels take: ``hs`` C-contiguous, every array of its dtype."""
+    return hs.flags.c_contiguous and all(a.dtype == hs.dtype for a in others)
 
 
 def _vjp(g, hs, needs, xp, whh, h0, nonlinearity, zero_h0=False):
@@ -120,6 +129,11 @@ def _backward(g, hs, xp, whh, h0, nonlinearity, needs, zero_h0=False, out=None, 
             _xp(xp).empty(h0.shape, dt),
         )
     dxp, dwhh, dh = out
+    kernels = kernels_for(g)
+    if kernels.rnn_scan_rows(dt) and _fit(hs, (g, whh, h0, dh)):  # the whole scan at once
+        tanh, work = nonlinearity == "tanh", kernel_scratch(ws, g)
+        kernels.rnn_scan_backward(g, hs, whh, h0, tanh, zero_h0, needs, dxp, dwhh, dh, work)
+        return dxp, dwhh, dh
     tmp, work = scratch(ws, "tmp", whh.shape, dt, like=xp), scratch(ws, "h", h0.shape, dt, like=xp)
     rnn_scan_backward(g, hs, xp, whh, h0, nonlinearity, dxp, dwhh, dh, tmp, work, needs, zero_h0)
     return dxp, dwhh, dh

@@ -13,6 +13,7 @@ from .bias import add_channel_bias, add_into, add_taps
 from .by_image import conv_by_image, conv_image_forward, conv_image_input, conv_image_weight
 from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
+from .elman import rnn_scan_backward, rnn_scan_forward, rnn_scan_rows
 from .few_channels import conv_few_channels, conv_few_forward, conv_few_weight
 from .fused import (
     bias_relu_backward,
@@ -90,6 +91,9 @@ __all__ = [
     "relu_max_pool_backward",
     "relu_max_pool_forward",
     "rnn_backward_step",
+    "rnn_scan_backward",
+    "rnn_scan_forward",
+    "rnn_scan_rows",
     "scatter_add_rows",
     "select",
     "softmax_backward",
