@@ -81,7 +81,8 @@ def test_a_piece_per_thread_unless_too_small():
     assert P._pieces(2048, 128, 512, 2) == (2, 1024, True)
     assert P._pieces(2048, 128, 512, 4) == (4, 512, True)
     assert P._pieces(128, 784, 100, 3) == (3, 262, False)  # columns, when fewer rows
-    assert P._pieces(100, 100, 150, 8)[0] == 1  # 3 MFLOP: pieces of >= 2 MFLOP
+    assert P._pieces(100, 100, 150, 8) == (2, 50, True)  # 3 MFLOP: pieces of >= 1 MFLOP
+    assert P._pieces(100, 100, 90, 8)[0] == 1  # 1.8 MFLOP: one piece
     assert P._pieces(40, 5000, 2000, 8) == (8, 625, False)
     assert P._pieces(20, 40, 5000, 8) == (2, 20, False)  # pieces of >= 16 columns
 

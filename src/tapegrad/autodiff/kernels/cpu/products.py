@@ -16,7 +16,7 @@ products that OpenBLAS would still thread run on the calling thread (OpenBLAS he
 the smallest, which OpenBLAS runs on the calling thread anyway, are NumPy's as they are.
 
 A product is cut into as many pieces as numba has threads (``_pieces``; fewer where a piece
-would fall under ~2 MFLOP or 16 rows), each run whole on one thread: every piece packs the
+would fall under ~1 MFLOP or 16 rows), each run whole on one thread: every piece packs the
 other operand again, so more pieces than threads only cost (cutting into up to eight whatever
 the thread count took 5-26% longer on two threads for products of 20-270 MFLOP, BENCHMARKS.md,
 *One thread pool*). A product gives the same bits run after run at a thread count; OpenBLAS's
@@ -48,7 +48,11 @@ except ImportError:  # pragma: no cover
 # wakes its workers, so this module takes over (a batch of small products counts as one)
 _MIN_FLOPS = 2 * 262144
 _PARALLEL_FLOPS = 1 << 21  # from ~2 MFLOP (~20 us on one core) numba's threads share a product
-_UNIT_FLOPS = 1 << 21  # a matrix is split into a piece per thread of at least ~2 MFLOP...
+# a matrix is split into a piece per thread of at least ~1 MFLOP... (with 2 MFLOP pieces a
+# product of 2-4 MFLOP was one piece on one thread, after a parallel region's cost: 36 against
+# 20 us for (100, 200) @ (200, 64) on two threads in two pieces: BENCHMARKS.md, *Eager
+# per-operation cost; the Elman scan in one call*)
+_UNIT_FLOPS = 1 << 20
 _MIN_SIDE = 16  # ...and at least 16 rows or columns
 _NO_TRANS, _TRANS = 111, 112
 _PLANS: dict = {}  # (shapes, strides, dtype, threads) -> the loop's arguments but the addresses
