@@ -29,6 +29,8 @@ from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
 from .cpu.elman import rnn_scan_backward_reference as rnn_scan_backward
 from .cpu.elman import rnn_scan_forward_reference as rnn_scan_forward
+from .cpu.lstm import lstm_scan_backward_reference as lstm_scan_backward
+from .cpu.lstm import lstm_scan_forward_reference as lstm_scan_forward
 from .cpu.norm import softmax_forward_reference as softmax_forward
 from .cpu.products import matmul_reference as matmul
 from .cpu.random import dropout_mask_reference as dropout_mask
@@ -57,6 +59,9 @@ __all__ = [
     "im2col_whole_batch",
     "layer_norm_backward",
     "layer_norm_forward",
+    "lstm_scan_backward",
+    "lstm_scan_forward",
+    "lstm_scan_rows",
     "matmul",
     "relu_backward",
     "relu_forward",
@@ -131,6 +136,12 @@ def conv_backward(g, x, w, gw, gb, gx, scratch=None) -> None:
 def conv_by_image(dtype, channels_per_group: int, groups: int, ndim: int) -> bool:
     """No image-by-image convolutions here (their kernels call the CPU's BLAS from numba's
     threads); ``conv_image_*`` are the whole-batch array operations, for a direct call."""
+    return False
+
+
+def lstm_scan_rows(dtype) -> bool:
+    """No LSTM scan kernels here (as ``rnn_scan_rows``): the primitive runs its steps one by
+    one; ``lstm_scan_*`` are those steps, for a direct call."""
     return False
 
 

@@ -220,13 +220,21 @@ def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, nee
     (N, H) with the gradients of ``h0``/``c0``; ``tmp`` (4H, H) is scratch."""
     T, H = dxp.shape[0], dh.shape[1]
     hs, cs = out[0], out[1]
-    dh.fill(0)
-    dc.fill(0)
-    lstm_backward_step = kernels_for(g).lstm_backward_step
-    for t in range(T - 1, -1, -1):
-        lstm_backward_step(g[0, t], g[1, t], act[t], tc[t], cs[t - 1] if t else c0, dh, dc, dxp[t])
-        if t or needs[2]:
-            matmul_into(dxp[t], whh, dh)
+    kernels = kernels_for(g)
+    if (
+        kernels.lstm_scan_rows(g.dtype)
+        and _fit(hs, (g, act, tc, whh, c0, dxp, dh, dc))
+        and (dh.flags.c_contiguous and dc.flags.c_contiguous and dxp.flags.c_contiguous)
+    ):  # the steps at once (the weight's gradient below: one product)
+        kernels.lstm_scan_backward(g, out, act, tc, whh, c0, dxp, dh, dc, needs[2])
+    else:
+        dh.fill(0)
+        dc.fill(0)
+        step = kernels.lstm_backward_step
+        for t in range(T - 1, -1, -1):
+            step(g[0, t], g[1, t], act[t], tc[t], cs[t - 1] if t else c0, dh, dc, dxp[t])
+            if t or needs[2]:
+                matmul_into(dxp[t], whh, dh)
     if needs[1]:
         _recurrent_weight_grad(dxp, hs, h0, dwhh, tmp, H)
 
@@ -258,6 +266,14 @@ def _lstm_forward(xp, whh, h0, c0, out=None, ws=None):
         act, tc, _ = lstm_scan_buffers(xp)
         out = (_xp(xp).empty((2, T, N, G // 4), xp.dtype), act, tc)
     states, act, tc = out
+    kernels = kernels_for(xp)
+    if (
+        kernels.lstm_scan_rows(xp.dtype)
+        and _fit(states, (xp, whh, h0, c0, act, tc))
+        and (act.flags.c_contiguous and tc.flags.c_contiguous)
+    ):  # the whole scan at once
+        kernels.lstm_scan_forward(xp, whh, h0, c0, states, act, tc, kernel_scratch(ws, xp))
+        return out
     lstm_scan_forward(
         xp, whh, h0, c0, states, act, tc, scratch(ws, "hw", (N, G), xp.dtype, like=xp)
     )

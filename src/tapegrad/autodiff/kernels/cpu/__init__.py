@@ -22,6 +22,7 @@ from .fused import (
     relu_max_pool_forward,
 )
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
+from .lstm import lstm_scan_backward, lstm_scan_forward, lstm_scan_rows
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
 from .optim import adam_update
 from .pool import max_pool_backward, max_pool_forward
@@ -83,6 +84,9 @@ __all__ = [
     "linear_recurrence",
     "lstm_backward_step",
     "lstm_forward_step",
+    "lstm_scan_backward",
+    "lstm_scan_forward",
+    "lstm_scan_rows",
     "matmul",
     "max_pool_backward",
     "max_pool_forward",
