@@ -29,6 +29,8 @@ from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
 from .cpu.elman import rnn_scan_backward_reference as rnn_scan_backward
 from .cpu.elman import rnn_scan_forward_reference as rnn_scan_forward
+from .cpu.gru import gru_scan_backward_reference as gru_scan_backward
+from .cpu.gru import gru_scan_forward_reference as gru_scan_forward
 from .cpu.lstm import lstm_scan_backward_reference as lstm_scan_backward
 from .cpu.lstm import lstm_scan_forward_reference as lstm_scan_forward
 from .cpu.norm import softmax_forward_reference as softmax_forward
@@ -55,6 +57,9 @@ __all__ = [
     "col2im",
     "direct_layout_ok",
     "dropout_mask",
+    "gru_scan_backward",
+    "gru_scan_forward",
+    "gru_scan_rows",
     "im2col",
     "im2col_whole_batch",
     "layer_norm_backward",
@@ -136,6 +141,12 @@ def conv_backward(g, x, w, gw, gb, gx, scratch=None) -> None:
 def conv_by_image(dtype, channels_per_group: int, groups: int, ndim: int) -> bool:
     """No image-by-image convolutions here (their kernels call the CPU's BLAS from numba's
     threads); ``conv_image_*`` are the whole-batch array operations, for a direct call."""
+    return False
+
+
+def gru_scan_rows(dtype) -> bool:
+    """No GRU scan kernels here (as ``rnn_scan_rows``): the primitive runs its steps one by one;
+    ``gru_scan_*`` are those steps, for a direct call."""
     return False
 
 

@@ -368,13 +368,21 @@ def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, n
     and ``dbhh`` when needed, and ``dh`` (N, H) with the gradient of ``h0``; ``dhd`` (N, H)
     and ``tmp`` (3H, H) are scratch."""
     T, H = g.shape[0], dh.shape[1]
-    dh.fill(0)
-    dhd.fill(0)
-    gru_backward_step = kernels_for(g).gru_backward_step
-    for t in range(T - 1, -1, -1):
-        gru_backward_step(g[t], dh, dhd, act[t], hs[t - 1] if t else h0, dxp[t], dhw[t])
-        if t or needs[3]:
-            matmul_into(dhw[t], whh, dh)
+    kernels = kernels_for(g)
+    if (
+        kernels.gru_scan_rows(g.dtype)
+        and _fit(hs, (g, act, whh, h0, dxp, dhw, dh, dhd))
+        and (dhw.flags.c_contiguous and dh.flags.c_contiguous and dhd.flags.c_contiguous)
+    ):  # the steps at once (the weight's and bias's gradients below: a product and a sum)
+        kernels.gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dh, dhd, needs[3])
+    else:
+        dh.fill(0)
+        dhd.fill(0)
+        step = kernels.gru_backward_step
+        for t in range(T - 1, -1, -1):
+            step(g[t], dh, dhd, act[t], hs[t - 1] if t else h0, dxp[t], dhw[t])
+            if t or needs[3]:
+                matmul_into(dhw[t], whh, dh)
     if needs[3]:
         np.add(dh, dhd, out=dh)
     if needs[1]:
@@ -393,6 +401,14 @@ def _gru_forward(xp, whh, bhh, h0, out=None, ws=None):
         act, _ = gru_scan_buffers(xp)
         out = (_xp(xp).empty((T, N, G // 3), xp.dtype), act)
     hs, act = out
+    kernels = kernels_for(xp)
+    if (
+        kernels.gru_scan_rows(xp.dtype)
+        and _fit(hs, (xp, whh, bhh, h0, act))
+        and (act.flags.c_contiguous)
+    ):  # the whole scan at once
+        kernels.gru_scan_forward(xp, whh, bhh, h0, hs, act, kernel_scratch(ws, xp))
+        return out
     gru_scan_forward(xp, whh, bhh, h0, hs, act, scratch(ws, "hw", (N, G), xp.dtype, like=xp))
     return out
 

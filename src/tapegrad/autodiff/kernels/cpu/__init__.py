@@ -21,6 +21,7 @@ from .fused import (
     relu_max_pool_backward,
     relu_max_pool_forward,
 )
+from .gru import gru_scan_backward, gru_scan_forward, gru_scan_rows
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from .lstm import lstm_scan_backward, lstm_scan_forward, lstm_scan_rows
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
@@ -77,6 +78,9 @@ __all__ = [
     "gelu_forward",
     "gru_backward_step",
     "gru_forward_step",
+    "gru_scan_backward",
+    "gru_scan_forward",
+    "gru_scan_rows",
     "im2col",
     "im2col_whole_batch",
     "layer_norm_backward",
