@@ -29,10 +29,10 @@ from .cpu.columns import col2im_reference as col2im
 from .cpu.columns import im2col_reference as im2col
 from .cpu.elman import rnn_scan_backward_reference as rnn_scan_backward
 from .cpu.elman import rnn_scan_forward_reference as rnn_scan_forward
-from .cpu.gru import gru_scan_backward_reference as gru_scan_backward
-from .cpu.gru import gru_scan_forward_reference as gru_scan_forward
-from .cpu.lstm import lstm_scan_backward_reference as lstm_scan_backward
-from .cpu.lstm import lstm_scan_forward_reference as lstm_scan_forward
+from .cpu.gated import gru_scan_backward_reference as gru_scan_backward
+from .cpu.gated import gru_scan_forward_reference as gru_scan_forward
+from .cpu.gated import lstm_scan_backward_reference as lstm_scan_backward
+from .cpu.gated import lstm_scan_forward_reference as lstm_scan_forward
 from .cpu.norm import softmax_forward_reference as softmax_forward
 from .cpu.products import matmul_reference as matmul
 from .cpu.random import dropout_mask_reference as dropout_mask

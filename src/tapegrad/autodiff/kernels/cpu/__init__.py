@@ -21,9 +21,15 @@ from .fused import (
     relu_max_pool_backward,
     relu_max_pool_forward,
 )
-from .gru import gru_scan_backward, gru_scan_forward, gru_scan_rows
+from .gated import (
+    gru_scan_backward,
+    gru_scan_forward,
+    gru_scan_rows,
+    lstm_scan_backward,
+    lstm_scan_forward,
+    lstm_scan_rows,
+)
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
-from .lstm import lstm_scan_backward, lstm_scan_forward, lstm_scan_rows
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
 from .optim import adam_update
 from .pool import max_pool_backward, max_pool_forward

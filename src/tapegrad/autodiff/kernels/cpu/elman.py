@@ -10,7 +10,7 @@ chunk's recurrent product is one single-threaded BLAS call from the kernel (``ge
 against 10.6 for the transposed view) and the add and the activation one pass over its rows. Run
 a step at a time from Python, the scan paid a NumPy call for each of the copy, the product, the
 add and the activation of every step, all on one thread. The chunks depend on the batch size
-alone (``_ROWS`` rows or fewer each), so serial and parallel runs give the same bits.
+alone (``scan_rows.ROWS`` rows or fewer each), so serial and parallel runs give the same bits.
 
 ``tanh`` is the recurrent kernels' own (``recurrent.py``: ``1 - 2 / (1 + e^{2x})`` with a
 vectorised exponential, a few ulp of 1 from NumPy's), as the LSTM and GRU steps compute it.
@@ -28,17 +28,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...backend import xp_of
 from . import gemm as _gemm
-
-_ROWS = 64  # rows at most in a chunk: a batch of N rows makes ceil(N / _ROWS) chunks
-PARALLEL_MIN_SIZE = 1 << 12  # from how many hidden-state entries (T * N * H) chunks go parallel
+from .scan_rows import buffer as _buffer
+from .scan_rows import chunks_of, scan_rows
 
 
 def rnn_scan_rows(dtype) -> bool:
-    """Whether this CPU runs the Elman scan here: float32 or float64, NumPy's BLAS an ILP64
-    OpenBLAS (the kernels call it from numba's threads)."""
-    return _gemm.AVAILABLE and np.dtype(dtype) in (np.float32, np.float64)
+    """Whether this CPU runs the Elman scan here (``scan_rows.scan_rows``)."""
+    return scan_rows(dtype)
 
 
 def rnn_scan_forward_reference(xp, whh, h0, tanh, zero_h0, hs, scratch=None) -> None:
@@ -81,10 +78,6 @@ def rnn_scan_backward_reference(g, hs, whh, h0, tanh, zero_h0, needs, dxp, dwhh,
             dwhh += dpre[t].T @ (hs[t - 1] if t > 0 else h0)
 
 
-def _buffer(scratch, key: str, shape: tuple, like):
-    return xp_of(like).empty(shape, like.dtype) if scratch is None else scratch(key, shape)
-
-
 try:
     import numba
 except ImportError:  # pragma: no cover
@@ -92,15 +85,13 @@ except ImportError:  # pragma: no cover
 
 if numba is not None and _gemm.AVAILABLE:
     from ..jit import cached_jit
-    from .loops import split_loops, threaded
+    from .loops import split_loops
     from .recurrent import _tanh
+    from .scan_rows import JIT as _JIT
+    from .scan_rows import rows as _rows
+    from .scan_rows import rows_of_transpose, run_chunks
 
-    _JIT = dict(boundscheck=False, nogil=True, error_model="numpy")
     _NO, _TR = _gemm.NO_TRANS, _gemm.TRANS
-
-    @cached_jit(inline="always", **_JIT)
-    def _rows(n, chunks, i):  # pragma: no cover - compiled
-        return i * n // chunks, (i + 1) * n // chunks
 
     @cached_jit(fastmath={"contract"}, **_JIT)  # called through split_loops: not inlined
     def _forward_chunk(xp, whh_t, h0, tanh, zero_h0, hs, hw, chunks, i):  # pragma: no cover
@@ -170,41 +161,30 @@ if numba is not None and _gemm.AVAILABLE:
                 for j in range(H):
                     d[n, j] = zero
 
-    _forward_serial, _forward_parallel = split_loops(_forward_chunk, fastmath={"contract"}, **_JIT)
-    _backward_serial, _backward_parallel = split_loops(_backward_chunk, **_JIT)
-
-    def _plan(hs):
-        n, size = hs.shape[1], hs.size
-        chunks = -(-n // _ROWS)
-        return chunks, threaded(chunks, size, PARALLEL_MIN_SIZE)
+    _FORWARD = split_loops(_forward_chunk, fastmath={"contract"}, **_JIT)
+    _BACKWARD = split_loops(_backward_chunk, **_JIT)
 
     def rnn_scan_forward(xp, whh, h0, tanh, zero_h0, hs, scratch=None) -> None:
         """The kernel of :func:`rnn_scan_forward_reference` (``hs`` C-contiguous)."""
-        chunks, parallel = _plan(hs)
         hw = _buffer(scratch, "rnn_hw", h0.shape, hs)
-        whh_t = _buffer(scratch, "rnn_whh_t", whh.shape, hs)
-        np.copyto(whh_t, whh.T)
+        whh_t = rows_of_transpose(scratch, "rnn_whh_t", whh, hs)
         h0 = np.ascontiguousarray(h0)
-        with _gemm.one_blas_thread():
-            (_forward_parallel if parallel else _forward_serial)(
-                chunks, xp, whh_t, h0, bool(tanh), bool(zero_h0), hs, hw, chunks
-            )
+        run_chunks(_FORWARD, hs, xp, whh_t, h0, bool(tanh), bool(zero_h0), hs, hw)
 
     def rnn_scan_backward(g, hs, whh, h0, tanh, zero_h0, needs, dxp, dwhh, dh, scratch=None):
         """The kernel of :func:`rnn_scan_backward_reference` (``hs`` and ``dh`` C-contiguous).
         Each chunk sums its rows' share of the recurrent weight's gradient over the steps (a
         product a step, in the reference's order of steps), and the shares are added in chunk
         order."""
-        chunks, parallel = _plan(hs)
-        H = hs.shape[2]
+        chunks, H = chunks_of(hs.shape[1]), hs.shape[2]
         dpre = _buffer(scratch, "rnn_dpre", hs.shape, hs)
         parts = _buffer(scratch, "rnn_parts", (chunks, H, H), hs)
         last, weight = bool(needs[2]) and not zero_h0, bool(needs[1])
-        with _gemm.one_blas_thread():
-            (_backward_parallel if parallel else _backward_serial)(
-                chunks, g, hs, np.ascontiguousarray(whh), np.ascontiguousarray(h0), bool(tanh),
-                last, weight, bool(zero_h0), dxp, dpre, dh, parts, chunks,
-            )  # fmt: skip
+        whh, h0 = np.ascontiguousarray(whh), np.ascontiguousarray(h0)
+        run_chunks(
+            _BACKWARD, hs, g, hs, whh, h0, bool(tanh), last, weight, bool(zero_h0), dxp, dpre, dh,
+            parts,
+        )  # fmt: skip
         if weight:
             np.copyto(dwhh, parts[0])
             for k in range(1, chunks):
