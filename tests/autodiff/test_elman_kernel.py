@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tapegrad.autodiff.kernels import generic
-from tapegrad.autodiff.kernels.cpu import elman, scan_rows
+from tapegrad.autodiff.kernels.cpu import elman, scan_chunks
 
 # (T, N, H): seed-rnn's, a batch of three chunks, a ragged small one, one step
 SHAPES = [(4, 100, 64), (3, 130, 16), (3, 7, 5), (1, 70, 8)]
@@ -79,7 +79,7 @@ def test_the_backward_matches_the_reference(shape, dtype, tanh, zero_h0, needs):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_serial_and_parallel_runs_give_the_same_bits(shape, threads, monkeypatch):
-    monkeypatch.setattr(scan_rows, "PARALLEL_MIN_SIZE", 0)  # small cases in parallel too
+    monkeypatch.setattr(scan_chunks, "PARALLEL_MIN_SIZE", 0)  # small cases in parallel too
     xp, whh, h0, g = _case(shape, np.float32, seed=2)
     runs = []
     for count in (1, 2):
@@ -124,9 +124,9 @@ def test_nan_passes_through_both_activations():
 
 
 def test_the_rule_says_which_scans_run_here():
-    assert elman.rnn_scan_rows(np.float32) and elman.rnn_scan_rows(np.float64)
-    assert not elman.rnn_scan_rows(np.float16)
-    assert not generic.rnn_scan_rows(np.float32)  # a device without the kernels: the steps
+    assert scan_chunks.scan_rows(np.float32) and scan_chunks.scan_rows(np.float64)
+    assert not scan_chunks.scan_rows(np.float16)
+    assert not generic.scan_rows(np.float32)  # a device without the kernels: the steps
 
 
 def test_the_primitive_runs_the_kernels_and_keeps_its_gradients(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import tapegrad as tg
 from tapegrad import ops
 from tapegrad.autodiff.kernels import generic
-from tapegrad.autodiff.kernels.cpu import gated, scan_rows
+from tapegrad.autodiff.kernels.cpu import gated, scan_chunks
 
 SHAPES = [(5, 100, 16), (3, 130, 8), (3, 7, 5), (1, 70, 4)]  # (T, N, H)
 TOL = {np.float32: 4e-6, np.float64: 1e-14}
@@ -135,7 +135,7 @@ def test_the_kernels_match_the_references(kind, shape, dtype):
 @pytest.mark.parametrize("kind", KINDS, ids=_name)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_serial_and_parallel_runs_give_the_same_bits(kind, shape, threads, monkeypatch):
-    monkeypatch.setattr(scan_rows, "PARALLEL_MIN_SIZE", 0)  # small cases in parallel too
+    monkeypatch.setattr(scan_chunks, "PARALLEL_MIN_SIZE", 0)  # small cases in parallel too
     fwd, bwd, _, _ = _fns(kind)
     args, g = kind.case(shape, np.float32, seed=2)
     runs = []
@@ -169,8 +169,7 @@ def test_a_workspace_holding_other_bytes_changes_nothing(kind):
 @pytest.mark.parametrize("kind", KINDS, ids=_name)
 def test_the_rule_and_the_primitive(kind, monkeypatch):
     name = kind.name
-    assert getattr(gated, f"{name}_scan_rows")(np.float32)
-    assert not getattr(generic, f"{name}_scan_rows")(np.float32)
+    assert scan_chunks.scan_rows(np.float32) and not generic.scan_rows(np.float32)
     fwd, bwd, fwd_ref, bwd_ref = _fns(kind)
     calls = []
     for fn, which in ((fwd, "forward"), (bwd, "backward")):

@@ -450,8 +450,8 @@ def apply(prim, *args, **attrs):
         anomaly.check_forward(prim, arrays, out, site)
     node = None
     if _GradMode.enabled and prim.differentiable:
-        k = len(args)
-        if 0 < k <= 2 and prim.diff_all in (None, k):  # each input has a rule
+        k, full = len(args), prim.diff_all
+        if 0 < k <= 2 and (full is None or full == k):  # each input has a rule
             a = args[0]
             pa = a if isinstance(a, TensorBase) and a.requires_grad else None
             if k == 1:
@@ -503,10 +503,10 @@ def _forward_error(prim, arrays, e: Exception) -> Exception:
 def _parents(prim, args) -> tuple | None:
     """The recorded node's parents: each input that needs a gradient and has a rule (None for
     the others); None when no input does."""
-    mask = prim.diff_mask
+    rules = (True,) * len(args) if prim.diff_mask is None else prim.diff_mask  # (zip truncates)
     parents = tuple(
-        a if isinstance(a, TensorBase) and a.requires_grad and (mask is None or m) else None
-        for a, m in zip(args, mask or args)
+        a if has_rule and isinstance(a, TensorBase) and a.requires_grad else None
+        for a, has_rule in zip(args, rules)
     )
     return parents if any(p is not None for p in parents) else None
 

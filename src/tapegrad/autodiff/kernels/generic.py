@@ -46,6 +46,7 @@ __all__ = [
     "batch_norm_backward",
     "batch_norm_forward",
     "batch_stats",
+    "col2im",
     "conv_backward",
     "conv_by_image",
     "conv_few_channels",
@@ -54,25 +55,22 @@ __all__ = [
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",
-    "col2im",
     "direct_layout_ok",
     "dropout_mask",
     "gru_scan_backward",
     "gru_scan_forward",
-    "gru_scan_rows",
     "im2col",
     "im2col_whole_batch",
     "layer_norm_backward",
     "layer_norm_forward",
     "lstm_scan_backward",
     "lstm_scan_forward",
-    "lstm_scan_rows",
     "matmul",
     "relu_backward",
     "relu_forward",
     "rnn_scan_backward",
     "rnn_scan_forward",
-    "rnn_scan_rows",
+    "scan_rows",
     "select",
     "softmax_backward",
     "softmax_forward",
@@ -144,21 +142,10 @@ def conv_by_image(dtype, channels_per_group: int, groups: int, ndim: int) -> boo
     return False
 
 
-def gru_scan_rows(dtype) -> bool:
-    """No GRU scan kernels here (as ``rnn_scan_rows``): the primitive runs its steps one by one;
-    ``gru_scan_*`` are those steps, for a direct call."""
-    return False
-
-
-def lstm_scan_rows(dtype) -> bool:
-    """No LSTM scan kernels here (as ``rnn_scan_rows``): the primitive runs its steps one by
-    one; ``lstm_scan_*`` are those steps, for a direct call."""
-    return False
-
-
-def rnn_scan_rows(dtype) -> bool:
-    """No Elman scan kernels here (they call the CPU's BLAS from numba's threads): the
-    primitive runs its steps one by one; ``rnn_scan_*`` are those steps, for a direct call."""
+def scan_rows(dtype) -> bool:
+    """No recurrent scan kernels here (they call the CPU's BLAS from numba's threads): the
+    primitives run their steps one by one; ``rnn_scan_*``, ``lstm_scan_*`` and ``gru_scan_*``
+    are those steps, for a direct call."""
     return False
 
 

@@ -91,7 +91,7 @@ def _forward(xp, whh, h0, nonlinearity, zero_h0=False, out=None, ws=None):
     _check_states("rnn_scan", xp, whh, 1, {"h0": h0})
     hs = _xp(xp).empty(xp.shape, dtype=xp.dtype) if out is None else out
     kernels = kernels_for(xp)
-    if kernels.rnn_scan_rows(xp.dtype) and _fit(hs, (xp, whh, h0)):  # the whole scan at once
+    if _kernels_take(kernels, (hs,), (xp, whh, h0)):  # the whole scan at once
         tanh, work = nonlinearity == "tanh", kernel_scratch(ws, xp)
         kernels.rnn_scan_forward(xp, whh, h0, tanh, zero_h0, hs, work)
     else:
@@ -100,9 +100,16 @@ def _forward(xp, whh, h0, nonlinearity, zero_h0=False, out=None, ws=None):
     return hs
 
 
-def _fit(hs, others) -> bool:
-    """What the scan kernels take: ``hs`` C-contiguous, every array of its dtype."""
-    return hs.flags.c_contiguous and all(a.dtype == hs.dtype for a in others)
+def _kernels_take(kernels, written, read) -> bool:
+    """Whether the device's whole-scan kernels (``kernels/cpu/elman.py``, ``gated.py``) take
+    these arrays: the device has them for this dtype, the arrays they write (``written``) are
+    C-contiguous, and every array has the dtype of the first."""
+    dtype = written[0].dtype
+    return (
+        kernels.scan_rows(dtype)
+        and all(a.flags.c_contiguous for a in written)
+        and all(a.dtype == dtype for a in (*written, *read))
+    )
 
 
 def _vjp(g, hs, needs, xp, whh, h0, nonlinearity, zero_h0=False):
@@ -130,7 +137,7 @@ def _backward(g, hs, xp, whh, h0, nonlinearity, needs, zero_h0=False, out=None, 
         )
     dxp, dwhh, dh = out
     kernels = kernels_for(g)
-    if kernels.rnn_scan_rows(dt) and _fit(hs, (g, whh, h0, dh)):  # the whole scan at once
+    if _kernels_take(kernels, (hs, dh), (g, whh, h0)):  # the whole scan at once
         tanh, work = nonlinearity == "tanh", kernel_scratch(ws, g)
         kernels.rnn_scan_backward(g, hs, whh, h0, tanh, zero_h0, needs, dxp, dwhh, dh, work)
         return dxp, dwhh, dh
@@ -221,11 +228,8 @@ def lstm_scan_backward(g, out, act, tc, whh, h0, c0, dxp, dwhh, dh, dc, tmp, nee
     T, H = dxp.shape[0], dh.shape[1]
     hs, cs = out[0], out[1]
     kernels = kernels_for(g)
-    if (
-        kernels.lstm_scan_rows(g.dtype)
-        and _fit(hs, (g, act, tc, whh, c0, dxp, dh, dc))
-        and (dh.flags.c_contiguous and dc.flags.c_contiguous and dxp.flags.c_contiguous)
-    ):  # the steps at once (the weight's gradient below: one product)
+    if _kernels_take(kernels, (hs, dxp, dh, dc), (g, act, tc, whh, c0)):
+        # the steps at once (the weight's gradient below: one product)
         kernels.lstm_scan_backward(g, out, act, tc, whh, c0, dxp, dh, dc, needs[2])
     else:
         dh.fill(0)
@@ -267,11 +271,7 @@ def _lstm_forward(xp, whh, h0, c0, out=None, ws=None):
         out = (_xp(xp).empty((2, T, N, G // 4), xp.dtype), act, tc)
     states, act, tc = out
     kernels = kernels_for(xp)
-    if (
-        kernels.lstm_scan_rows(xp.dtype)
-        and _fit(states, (xp, whh, h0, c0, act, tc))
-        and (act.flags.c_contiguous and tc.flags.c_contiguous)
-    ):  # the whole scan at once
+    if _kernels_take(kernels, (states, act, tc), (xp, whh, h0, c0)):  # the whole scan at once
         kernels.lstm_scan_forward(xp, whh, h0, c0, states, act, tc, kernel_scratch(ws, xp))
         return out
     lstm_scan_forward(
@@ -369,11 +369,8 @@ def gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dwhh, dbhh, dh, dhd, tmp, n
     and ``tmp`` (3H, H) are scratch."""
     T, H = g.shape[0], dh.shape[1]
     kernels = kernels_for(g)
-    if (
-        kernels.gru_scan_rows(g.dtype)
-        and _fit(hs, (g, act, whh, h0, dxp, dhw, dh, dhd))
-        and (dhw.flags.c_contiguous and dh.flags.c_contiguous and dhd.flags.c_contiguous)
-    ):  # the steps at once (the weight's and bias's gradients below: a product and a sum)
+    if _kernels_take(kernels, (hs, dhw, dh, dhd), (g, act, whh, h0, dxp)):
+        # the steps at once (the weight's and bias's gradients below: a product and a sum)
         kernels.gru_scan_backward(g, hs, act, whh, h0, dxp, dhw, dh, dhd, needs[3])
     else:
         dh.fill(0)
@@ -402,11 +399,7 @@ def _gru_forward(xp, whh, bhh, h0, out=None, ws=None):
         out = (_xp(xp).empty((T, N, G // 3), xp.dtype), act)
     hs, act = out
     kernels = kernels_for(xp)
-    if (
-        kernels.gru_scan_rows(xp.dtype)
-        and _fit(hs, (xp, whh, bhh, h0, act))
-        and (act.flags.c_contiguous)
-    ):  # the whole scan at once
+    if _kernels_take(kernels, (hs, act), (xp, whh, bhh, h0)):  # the whole scan at once
         kernels.gru_scan_forward(xp, whh, bhh, h0, hs, act, kernel_scratch(ws, xp))
         return out
     gru_scan_forward(xp, whh, bhh, h0, hs, act, scratch(ws, "hw", (N, G), xp.dtype, like=xp))

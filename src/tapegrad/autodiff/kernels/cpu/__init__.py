@@ -13,7 +13,7 @@ from .bias import add_channel_bias, add_into, add_taps
 from .by_image import conv_by_image, conv_image_forward, conv_image_input, conv_image_weight
 from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
-from .elman import rnn_scan_backward, rnn_scan_forward, rnn_scan_rows
+from .elman import rnn_scan_backward, rnn_scan_forward
 from .few_channels import conv_few_channels, conv_few_forward, conv_few_weight
 from .fused import (
     bias_relu_backward,
@@ -24,10 +24,8 @@ from .fused import (
 from .gated import (
     gru_scan_backward,
     gru_scan_forward,
-    gru_scan_rows,
     lstm_scan_backward,
     lstm_scan_forward,
-    lstm_scan_rows,
 )
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
@@ -44,6 +42,7 @@ from .recurrent import (
 )
 from .reduce import sum_rows
 from .scan import linear_recurrence
+from .scan_chunks import scan_rows
 from .scatter import scatter_add_rows
 from .selection import select
 from .special import (
@@ -86,7 +85,6 @@ __all__ = [
     "gru_forward_step",
     "gru_scan_backward",
     "gru_scan_forward",
-    "gru_scan_rows",
     "im2col",
     "im2col_whole_batch",
     "layer_norm_backward",
@@ -96,7 +94,6 @@ __all__ = [
     "lstm_forward_step",
     "lstm_scan_backward",
     "lstm_scan_forward",
-    "lstm_scan_rows",
     "matmul",
     "max_pool_backward",
     "max_pool_forward",
@@ -107,7 +104,7 @@ __all__ = [
     "rnn_backward_step",
     "rnn_scan_backward",
     "rnn_scan_forward",
-    "rnn_scan_rows",
+    "scan_rows",
     "scatter_add_rows",
     "select",
     "softmax_backward",

@@ -10,7 +10,7 @@ chunk's recurrent product is one single-threaded BLAS call from the kernel (``ge
 against 10.6 for the transposed view) and the add and the activation one pass over its rows. Run
 a step at a time from Python, the scan paid a NumPy call for each of the copy, the product, the
 add and the activation of every step, all on one thread. The chunks depend on the batch size
-alone (``scan_rows.ROWS`` rows or fewer each), so serial and parallel runs give the same bits.
+alone (``scan_chunks.ROWS`` rows or fewer each), so serial and parallel runs give the same bits.
 
 ``tanh`` is the recurrent kernels' own (``recurrent.py``: ``1 - 2 / (1 + e^{2x})`` with a
 vectorised exponential, a few ulp of 1 from NumPy's), as the LSTM and GRU steps compute it.
@@ -29,13 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import gemm as _gemm
-from .scan_rows import buffer as _buffer
-from .scan_rows import chunks_of, scan_rows
-
-
-def rnn_scan_rows(dtype) -> bool:
-    """Whether this CPU runs the Elman scan here (``scan_rows.scan_rows``)."""
-    return scan_rows(dtype)
+from .scan_chunks import buffer as _buffer
+from .scan_chunks import chunks_of
 
 
 def rnn_scan_forward_reference(xp, whh, h0, tanh, zero_h0, hs, scratch=None) -> None:
@@ -87,9 +82,9 @@ if numba is not None and _gemm.AVAILABLE:
     from ..jit import cached_jit
     from .loops import split_loops
     from .recurrent import _tanh
-    from .scan_rows import JIT as _JIT
-    from .scan_rows import rows as _rows
-    from .scan_rows import rows_of_transpose, run_chunks
+    from .scan_chunks import JIT as _JIT
+    from .scan_chunks import rows as _rows
+    from .scan_chunks import rows_of_transpose, run_chunks
 
     _NO, _TR = _gemm.NO_TRANS, _gemm.TRANS
 

@@ -1,5 +1,5 @@
 """The gated recurrences' scans through time, the LSTM's and the GRU's, in one compiled call each
-way, the batch's rows in fixed chunks over numba's threads (``scan_rows.py``; the Elman scan's is
+way, the batch's rows in fixed chunks over numba's threads (``scan_chunks.py``; the Elman scan's is
 ``elman.py``): per chunk and step, the recurrent product ``h[t-1] @ whh.T`` is one single-threaded
 OpenBLAS call from the kernel against ``whh.T`` stored by rows, and the gate math is the step
 kernel of ``recurrent.py`` on the chunk's rows. Backward: the step kernel's gate gradients, then
@@ -26,14 +26,7 @@ from .recurrent import (
     lstm_backward_step_reference,
     lstm_forward_step_reference,
 )
-from .scan_rows import buffer as _buffer
-from .scan_rows import scan_rows
-
-
-def lstm_scan_rows(dtype) -> bool:
-    """Whether this CPU runs the LSTM scan here: as the Elman scan, float32 or float64 with an
-    ILP64 OpenBLAS."""
-    return scan_rows(dtype)
+from .scan_chunks import buffer as _buffer
 
 
 def lstm_scan_forward_reference(xp, whh, h0, c0, out, act, tc, scratch=None) -> None:
@@ -59,12 +52,6 @@ def lstm_scan_backward_reference(g, out, act, tc, whh, c0, dxp, dh, dc, need_h0)
         lstm_backward_step_reference(g[0, t], g[1, t], act[t], tc[t], c_prev, dh, dc, dxp[t])
         if t or need_h0:
             np.matmul(dxp[t], whh, out=dh)
-
-
-def gru_scan_rows(dtype) -> bool:
-    """Whether this CPU runs the GRU scan here: as the Elman scan, float32 or float64 with an
-    ILP64 OpenBLAS."""
-    return scan_rows(dtype)
 
 
 def gru_scan_forward_reference(xp, whh, bhh, h0, hs, act, scratch=None) -> None:
@@ -105,9 +92,9 @@ if numba is not None and _gemm.AVAILABLE:
         lstm_backward_step,
         lstm_forward_step,
     )
-    from .scan_rows import JIT as _JIT
-    from .scan_rows import rows as _rows
-    from .scan_rows import rows_of_transpose, run_chunks
+    from .scan_chunks import JIT as _JIT
+    from .scan_chunks import rows as _rows
+    from .scan_chunks import rows_of_transpose, run_chunks
 
     _NO = _gemm.NO_TRANS
 
