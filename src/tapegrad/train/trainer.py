@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import signal
@@ -24,6 +23,8 @@ from ..version import __version__
 from .checkpoint import CheckpointError, config_differences, find_latest, save_checkpoint
 from .measure import AllocationSampler, peak_rss_bytes, traced_step
 from .report import EpochRecord, table_footer, table_header, table_row
+from .signals import TrainingInterrupted, stop_on_signals  # noqa: F401  (run.py imports them here)
+from .step_guard import NonFiniteLoss, stop_unless_finite, updates_in_step
 
 TASKS = ("multiclass", "binary", "regression", "language-model")
 #: Tasks without an accuracy: their table shows the train and the test (validation) loss.
@@ -32,48 +33,6 @@ NO_ACCURACY = ("regression", "language-model")
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; training stopped before updating with it."""
-
-
-class TrainingInterrupted(Exception):
-    """Training stopped between two steps at a signal's request (see :func:`stop_on_signals`).
-
-    ``checkpoint`` is the mid-epoch checkpoint written at the stop (None without a
-    checkpoint folder); ``epoch`` and ``batch`` say where the run stood; ``signum`` which
-    signal asked.
-    """
-
-    def __init__(self, signum: int, epoch: int, batch: int, checkpoint: Path | None):
-        self.signum, self.epoch, self.batch, self.checkpoint = signum, epoch, batch, checkpoint
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        where = f"saved {checkpoint}" if checkpoint else "no checkpoint folder, nothing saved"
-        super().__init__(f"{name} at epoch {epoch}, batch {batch}: {where}")
-
-
-@contextlib.contextmanager
-def stop_on_signals(trainer: Trainer, signums=(signal.SIGINT, signal.SIGTERM)):
-    """While the block runs, SIGINT and SIGTERM ask ``trainer`` to stop after its current
-    step (writing a mid-epoch checkpoint); a second signal stops at once (KeyboardInterrupt).
-    Only in the main thread; elsewhere the block runs with the handlers as they were."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if trainer.stop_requested is not None:
-            raise KeyboardInterrupt
-        trainer.request_stop(signum)
-
-    previous = {s: signal.signal(s, handler) for s in signums}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def _xy(split):
@@ -211,9 +170,10 @@ class Trainer:
         """Ask :meth:`fit` to stop after the step in progress (what a signal handler calls)."""
         self.stop_requested = signum
 
-    def _forward_backward(self, x, y, training: bool = True):
+    def _forward_backward(self, x, y, training: bool = True, update: bool = False):
         # Traced once per input signature in compiled mode; ``training`` keys each plan to the
-        # module mode it was traced in.
+        # module mode it was traced in. With ``update`` the optimiser step is part of it (one
+        # plan replays the whole step), behind a guard that raises NonFiniteLoss first.
         logits = self.model(x)
         loss = self.loss(logits, y)
         self.optimizer.zero_grad()
@@ -222,6 +182,9 @@ class Trainer:
         else:  # seeded with this rank's share of the global batch: gradients arrive scaled
             loss.backward(self._reducer.seed)
             reduce_gradients(self._reducer, loss)  # the allreduce, before the optimiser step
+        if update:
+            stop_unless_finite(loss)
+            self.optimizer.step()
         return loss, logits
 
     def train_step(
@@ -230,7 +193,11 @@ class Trainer:
         """One optimiser step on a batch; returns the batch's mean loss and correct count.
 
         When the loss is not finite the update is skipped and the loss returned, so the caller
-        can stop with the parameters untouched. Data-parallel, ``(x, y)`` is this rank's part of
+        can stop with the parameters untouched. In a single process with a tapegrad optimiser
+        the update is part of the step itself: compiled, one plan replays forward, backward,
+        the guard on the loss and every parameter's update (``profile_step.py`` times them all);
+        another optimiser object (or data-parallel training, whose sharded update follows the
+        allreduce) steps after it. Data-parallel, ``(x, y)`` is this rank's part of
         a global batch of ``global_size`` samples; the loss returned is the global batch's (the
         same on every rank), the count this rank's own (:meth:`fit` sums the counts of all
         ranks once per epoch, sparing every step a second collective).
@@ -242,16 +209,26 @@ class Trainer:
             if len(x) == 0:  # a global batch smaller than the ranks: contribute nothing
                 self.optimizer.zero_grad()
                 reducer(np.zeros((), self._float_dtype()))
+        # a single process with a tapegrad optimiser updates inside the step (one plan)
+        inside = reducer is None and updates_in_step(self.optimizer)
         if reducer is not None and len(x) == 0:
             value, correct = reducer.loss, 0
         else:
             yt = self._on_device(self.targets(y, self._float_dtype()))
-            if self._compiled is not None:
-                loss, logits = self._compiled(self._on_device(x), yt, self.model.training)
-            else:
-                loss, logits = self._forward_backward(Tensor(self._on_device(x)), yt)
+            xd = self._on_device(x)
+            try:
+                if self._compiled is not None:
+                    loss, logits = self._compiled(xd, yt, self.model.training, inside)
+                else:
+                    loss, logits = self._forward_backward(Tensor(xd), yt, True, inside)
+            except NonFiniteLoss as stop:  # nothing was updated
+                return stop.value, 0
             value = loss.item() if reducer is None else reducer.loss
             correct = self.correct(logits.data, y)
+            if inside:
+                if self.scheduler is not None:
+                    self.scheduler.step()
+                return value, correct
         if math.isfinite(value):
             if self._sharded is not None:
                 self._sharded.step()
