@@ -274,6 +274,34 @@ def test_adam_update(amsgrad, wd, decoupled):
             np.testing.assert_allclose(a, b, **F32)
 
 
+@pytest.mark.parametrize(
+    "momentum,dampening,nesterov,wd",
+    [
+        (0.0, 0.0, False, 0.0),
+        (0.0, 0.0, False, 0.1),
+        (0.9, 0.25, False, 0.1),
+        (0.9, 0.0, True, 0.1),
+    ],
+)
+def test_sgd_update(momentum, dampening, nesterov, wd):
+    from tapegrad.autodiff.kernels.cpu import optim as sgd_cpu
+    from tapegrad.autodiff.kernels.cuda import optim as sgd_gpu
+
+    rng = np.random.default_rng(14)
+    p = rng.normal(size=(2, 9)).astype(np.float32)
+    buf = np.empty_like(p) if momentum else None
+    ref_p, ref_buf = p.copy(), None if buf is None else buf.copy()
+    kw = dict(lr=0.01, momentum=momentum, dampening=dampening, wd=wd, nesterov=nesterov)
+    scratch = (np.empty_like(p), np.empty_like(p))
+    for first in (True, False):  # the buffer filled, then updated
+        g = rng.normal(size=(2, 9)).astype(np.float32)
+        sgd_gpu.sgd_update(p, g, buf, None, first=first, **kw)
+        sgd_cpu.sgd_update(ref_p, np.asfortranarray(g), ref_buf, scratch, first=first, **kw)
+    np.testing.assert_allclose(p, ref_p, **F32)
+    if momentum:
+        np.testing.assert_allclose(buf, ref_buf, **F32)
+
+
 @pytest.mark.parametrize("dilation,stride", [((2, 3), (2, 1)), ((1, 2), (1, 1))])
 def test_max_pool_with_dilation(dilation, stride):
     rng = np.random.default_rng(13)

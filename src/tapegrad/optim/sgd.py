@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff import Tensor, backend
+from ..autodiff.kernels.dispatch import kernels_for
 from .optimizer import Optimizer
 
 __all__ = ["SGD"]
@@ -57,30 +58,22 @@ class SGD(Optimizer):
         return {}  # the momentum buffer starts as the first step's d, made in _update
 
     def _update(self, p: np.ndarray, grad: np.ndarray, state: dict, group: dict, scratch) -> None:
-        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
-        t0, t1 = scratch
-        d = grad
-        if wd != 0:
-            np.multiply(p, wd, out=t0)
-            np.add(grad, t0, out=t0)
-            d = t0
+        momentum = group["momentum"]
+        buf, first = None, False
         if momentum != 0:
             buf = state.get("momentum_buffer")
-            if buf is None:
-                buf = state["momentum_buffer"] = backend.xp_of(d).array(d, order="C", copy=True)
-            else:
-                np.multiply(buf, momentum, out=buf)
-                dampening = group["dampening"]
-                if dampening != 0:
-                    np.multiply(d, 1.0 - dampening, out=t1)
-                    np.add(buf, t1, out=buf)
-                else:
-                    np.add(buf, d, out=buf)
-            if group["nesterov"]:
-                np.multiply(buf, momentum, out=t1)
-                np.add(d, t1, out=t1)
-                d = t1
-            else:
-                d = buf
-        np.multiply(d, lr, out=t1)
-        np.subtract(p, t1, out=p)
+            if buf is None:  # filled with the first step's direction by the kernel
+                buf = state["momentum_buffer"] = backend.xp_of(p).empty(p.shape, p.dtype)
+                first = True
+        kernels_for(p).sgd_update(
+            p,
+            grad,
+            buf,
+            scratch,
+            lr=group["lr"],
+            momentum=momentum,
+            dampening=group["dampening"],
+            wd=group["weight_decay"],
+            nesterov=group["nesterov"],
+            first=first,
+        )

@@ -41,3 +41,21 @@ def _adam_scalars(dtype, lr, beta1, beta2, eps, wd, decoupled, step) -> tuple:
 
 
 _adam_scalars_kept = functools.lru_cache(maxsize=1, typed=True)(_adam_scalars)
+
+
+def sgd_scalars(dtype, lr, momentum, dampening, wd) -> tuple:
+    """The SGD kernels' numbers (wd, momentum, 1 - dampening, lr), each cast to ``dtype``: the
+    operands NumPy's float32 arithmetic takes from Python numbers (one set for every device;
+    the last set is kept, as Adam's)."""
+    try:
+        return _sgd_scalars_kept(np.dtype(dtype), lr, momentum, dampening, wd)
+    except TypeError:  # a number that cannot be a key
+        return _sgd_scalars(dtype, lr, momentum, dampening, wd)
+
+
+def _sgd_scalars(dtype, lr, momentum, dampening, wd) -> tuple:
+    t = np.dtype(dtype).type
+    return t(wd), t(momentum), t(1.0 - dampening), t(lr)
+
+
+_sgd_scalars_kept = functools.lru_cache(maxsize=1, typed=True)(_sgd_scalars)

@@ -29,7 +29,7 @@ from .gated import (
 )
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
-from .optim import adam_update
+from .optim import adam_update, sgd_update
 from .pool import max_pool_backward, max_pool_forward
 from .products import matmul
 from .random import dropout_mask
@@ -107,6 +107,7 @@ __all__ = [
     "scan_rows",
     "scatter_add_rows",
     "select",
+    "sgd_update",
     "softmax_backward",
     "softmax_ce_backward",
     "softmax_ce_forward",

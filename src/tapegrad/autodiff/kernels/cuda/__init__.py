@@ -71,7 +71,7 @@ from .fused import (
 )
 from .launch import SIMULATED  # noqa: F401
 from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_forward
-from .optim import adam_update
+from .optim import adam_update, sgd_update
 from .pool import max_pool_backward, max_pool_forward
 from .recurrent import (
     gru_backward_step,
@@ -138,6 +138,7 @@ __all__ = [
     "scan_rows",
     "scatter_add_rows",
     "select",
+    "sgd_update",
     "softmax_backward",
     "softmax_ce_backward",
     "softmax_ce_forward",

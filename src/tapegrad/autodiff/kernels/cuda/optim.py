@@ -9,7 +9,7 @@ import math
 from numba import cuda
 
 from ...backend import xp_of
-from ..common import adam_scalars
+from ..common import adam_scalars, sgd_scalars
 from .launch import jit, launch
 
 
@@ -49,3 +49,24 @@ def adam_update(p, g, m, v, vmax, scratch, *, lr, beta1, beta2, eps, wd, decoupl
     vm = vmax.reshape(-1) if vmax is not None else _unused(p)
     scalars = adam_scalars(p.dtype, lr, beta1, beta2, eps, wd, decoupled, step)
     launch(_adam, p.size, *flat, vm, vmax is not None, *scalars)
+
+
+@jit
+def _sgd(p, g, buf, momentum, first, nesterov, l2, damp, wd, mom, keep, lr):
+    for i in range(cuda.grid(1), p.shape[0], cuda.gridsize(1)):  # pragma: no cover - compiled
+        d = g[i] + p[i] * wd if l2 else g[i]
+        if momentum:
+            b = d if first else (buf[i] * mom + d * keep if damp else buf[i] * mom + d)
+            buf[i] = b
+            d = d + b * mom if nesterov else b
+        p[i] = p[i] - d * lr
+
+
+def sgd_update(p, g, buf, scratch, *, lr, momentum, dampening, wd, nesterov, first):
+    """SGD on a CUDA device, in place, with the scalars and the order of operations of the CPU
+    kernel (``kernels.cpu.optim.sgd_update``). ``scratch`` is unused."""
+    flat = [a.reshape(-1) for a in (p, g)]
+    bf = buf.reshape(-1) if buf is not None else _unused(p)
+    scalars = sgd_scalars(p.dtype, lr, momentum, dampening, wd)
+    flags = (first, nesterov, wd != 0, dampening != 0)
+    launch(_sgd, p.size, *flat, bf, buf is not None, *flags, *scalars)
