@@ -106,6 +106,9 @@ CPU = Device(
 
 _DEVICES: dict[str, Device] = {"cpu": CPU}
 _BY_TYPE: dict[type, Device] = {np.ndarray: CPU}
+# the array type of every registered device (the live registry: ``type(a) in ARRAY_TYPES`` is
+# the cheapest "is an array" test, what every eager operation asks of its result)
+ARRAY_TYPES = _BY_TYPE
 
 
 def register_device(device: Device) -> None:

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import anomaly
-from ..backend import asarray, check_same_device, is_array, on_device, xp_of
+from ..backend import ARRAY_TYPES, asarray, check_same_device, is_array, on_device, xp_of
 from ..errors import DTypeError, GraphError, IndexOutOfRange, ShapeError
 from ..promotion import promote
 from . import state as _state
@@ -297,7 +297,7 @@ class Node:
         i = 0
         for p, gi in zip(parents, grads):
             if p is not None and gi is not None:
-                if type(gi) is not np.ndarray and not on_device(gi):
+                if type(gi) not in ARRAY_TYPES:
                     gi = np.asarray(gi)  # ufuncs return NumPy scalars for 0-d inputs
                 shape, dtype = inputs[i].shape, p.data.dtype
                 grads[i] = (
@@ -442,7 +442,7 @@ def apply(prim, *args, **attrs):
         if not prim.aux:
             return _apply_multi(prim, args, arrays, attrs, out)
         out, aux = out[0], out[1:]
-    if type(out) is not np.ndarray and not on_device(out):
+    if type(out) not in ARRAY_TYPES:
         out = np.asarray(out)  # ufuncs return NumPy scalars for 0-d inputs
     site = None
     if anomaly._Mode.enabled:
