@@ -157,3 +157,26 @@ def test_an_optimiser_a_plan_cannot_record_runs_after_the_step(mode):
     bad[1, 1] = np.nan
     trainer.train_step(bad, y[:32])
     assert opt.steps == 4  # skipped on the non-finite loss, as the update inside the step is
+
+
+@pytest.mark.parametrize("mode", ["compiled", "eager"])
+def test_a_scheduler_s_learning_rate_reaches_the_update_inside_the_step(mode):
+    x, y = _problem()
+    batches = [(x[i : i + 32], y[i : i + 32]) for i in range(0, 96, 32)] * 2
+    model = _model()
+    opt = _optimizer("sgd", model.parameters())
+    sched = StepLR(opt, step_size=2, gamma=0.1)
+    trainer = Trainer(model, opt, progress=False, log=None, mode=mode, scheduler=sched)
+    for xb, yb in batches:
+        trainer.train_step(xb, yb)
+    reference = _model()
+    ref_opt = _optimizer("sgd", reference.parameters())
+    ref_sched = StepLR(ref_opt, step_size=2, gamma=0.1)
+    for xb, yb in batches:
+        ref_opt.zero_grad()
+        nn.functional.cross_entropy(reference(xb), yb).backward()
+        ref_opt.step()
+        ref_sched.step()
+    assert opt.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"] < 0.1
+    for got, want in zip(_weights(model), _weights(reference)):
+        np.testing.assert_array_equal(got, want)
