@@ -4,10 +4,10 @@
 
 Builds the preset's experiment (as ``tapegrad train`` does), traces its step, then wraps every
 step of the plan's program (each equation's forward, forward and backward alike, each
-gradient sink, the optimiser's call) with a timer and trains ``--steps`` steps. Prints
-microseconds per step for each kind of step, named by its primitive and input shapes, largest
-first, beside the whole step's time (the timers add about 0.3 us each). Read the figures as
-shares: absolute times move with the machine's load.
+gradient sink, the guard on the loss and each parameter's optimiser update) with a timer and
+trains ``--steps`` steps. Prints microseconds per step for each kind of step, named by its
+primitive and input shapes, largest first, beside the whole step's time (the timers add about
+0.3 us each). Read the figures as shares: absolute times move with the machine's load.
 """
 
 from __future__ import annotations
