@@ -160,3 +160,66 @@ def test_openblas_gets_its_thread_count_back():
     a = np.ones((400, 300), np.float32)
     P.matmul(a, a.T, np.empty((400, 400), np.float32))
     assert getter() == before
+
+
+BOUND_SHAPES = [
+    *SHAPES,
+    ((20, 30), (30, 10)),  # under OpenBLAS's own threading: NumPy's call
+    ((100, 200), (200, 64)),  # 2-4 MFLOP: two pieces, or one BLAS thread
+    ((4, 20, 30), (30, 10)),  # a small weight over a batch
+]
+
+
+@pytest.mark.parametrize("shapes", BOUND_SHAPES)
+@pytest.mark.parametrize("b_cols", [False, True])
+def test_a_bound_product_gives_the_calls_bits_at_every_thread_count(shapes, b_cols):
+    """``bind_matmul`` (what a compiled plan replays) writes the bits ``matmul`` writes, bound
+    at one thread count and called at another too: it follows the count of each call."""
+    rng = np.random.default_rng(4)
+    a, b = _case(rng, *shapes, np.float32, b_cols=b_cols)
+    out = np.full(np.matmul(a, b).shape, np.nan, np.float32)
+    before = numba.get_num_threads()
+    counts = sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)})
+    try:
+        for bound_at in counts:
+            numba.set_num_threads(bound_at)
+            call = P.bind_matmul(a, b, out)
+            for called_at in counts:
+                numba.set_num_threads(called_at)
+                want = P.matmul(a, b, np.empty_like(out))
+                out.fill(np.nan)
+                call()
+                assert np.array_equal(out, want), (bound_at, called_at)
+                a *= 1.5  # the call reads the arrays as they are now, not as when bound
+                call()
+                assert np.array_equal(out, P.matmul(a, b, np.empty_like(out)))
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_a_compiled_plan_replays_bound_products():
+    """A traced step's products are bound once: its program calls them directly, and the
+    plan's results are the eager step's bits."""
+    import tapegrad as tg
+
+    rng = np.random.default_rng(5)
+    w = tg.tensor(rng.standard_normal((128, 300)).astype(np.float32), requires_grad=True)
+
+    def step(x):
+        w.grad = None
+        loss = (x @ w.T).relu().sum()
+        loss.backward()
+        return loss
+
+    compiled = tg.compile(step)
+    x = rng.standard_normal((200, 300)).astype(np.float32)
+    for _ in range(3):
+        compiled(x)
+    (plan,) = compiled.all_plans
+    calls = [f for f, label in zip(plan.program, plan.labels) if label.startswith("matmul")]
+    assert calls
+    names = {getattr(f, "__name__", None) or getattr(f.func, "__name__", "") for f in calls}
+    assert "_matmul" not in names  # not the primitive's forward: its bound call
+    got = w.grad.copy()
+    step(tg.tensor(x))
+    np.testing.assert_array_equal(got, w.grad)

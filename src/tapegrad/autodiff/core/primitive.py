@@ -54,7 +54,10 @@ With ``effect=True`` the forward changes state outside its output (writes into a
 from a generator): compiled plans keep it in place and never drop it as dead code. With
 ``broadcasting=True`` the engine undoes broadcasting of each input gradient (the ``sum_to``
 primitive), checks that float inputs share one dtype, and lifts Python numbers and integer
-arrays to the tensors' dtype.
+arrays to the tensors' dtype. ``bind(*inputs, out=..., **attrs)`` (optional) returns a call with
+no arguments that computes the forward into ``out`` for those very arrays, its checks and
+decisions taken once: a compiled plan, whose buffers never move, replays that call (matmul's
+sizing, planning and operand addresses); it computes exactly what ``forward`` would.
 
 **Recording.** :func:`apply` runs a primitive on tensors, arrays or numbers and, when an input
 needs a gradient and grad mode is on, records a :class:`Node` (the primitive, the parents, the
@@ -158,6 +161,7 @@ class Primitive:
         "composite",
         "writes_out",
         "uses_ws",
+        "bind",
         "doc",
     )
 
@@ -175,6 +179,7 @@ class Primitive:
         effect: bool = False,
         saved: Callable | None = None,
         composite: Callable | None = None,
+        bind: Callable | None = None,
         doc: str = "",
     ):
         self.name = name
@@ -202,6 +207,7 @@ class Primitive:
         self.composite = composite
         self.writes_out = _takes(forward, "out")
         self.uses_ws = _takes(forward, "ws")
+        self.bind = bind
         self.doc = doc or f"The ``{name}`` primitive."
 
     def differentiable_input(self, i: int) -> bool:

@@ -34,6 +34,7 @@ from .cpu.gated import gru_scan_forward_reference as gru_scan_forward
 from .cpu.gated import lstm_scan_backward_reference as lstm_scan_backward
 from .cpu.gated import lstm_scan_forward_reference as lstm_scan_forward
 from .cpu.norm import softmax_forward_reference as softmax_forward
+from .cpu.products import bind_matmul_reference as bind_matmul
 from .cpu.products import matmul_reference as matmul
 from .cpu.random import dropout_mask_reference as dropout_mask
 from .cpu.special import add_arrays_reference as add_arrays
@@ -46,6 +47,7 @@ __all__ = [
     "batch_norm_backward",
     "batch_norm_forward",
     "batch_stats",
+    "bind_matmul",
     "col2im",
     "conv_backward",
     "conv_by_image",

@@ -316,6 +316,10 @@ def _bound(e: Eq, ins: list, outs: list) -> Callable:
     """``e``'s forward bound to its arrays: called with nothing, it writes into ``outs``."""
     prim, attrs = e.prim, e.attrs
     out = tuple(outs) if e.packed else outs[0]
+    if prim.bind is not None and not e.packed:  # the forward's decisions taken once, here
+        call = prim.bind(*ins, out=out, **attrs)
+        if call is not None:
+            return call
     if prim.writes_out:
         kw = dict(attrs, out=out)
         if prim.uses_ws:

@@ -116,12 +116,21 @@ def matmul_into(a, b, out):
     return kernels_for(a, b).matmul(a, b, out)
 
 
+def _bind(a, b, out):
+    """A plan's product, bound once to its arrays (``kernels/cpu/products.bind_matmul``);
+    None (the forward each call) for a 1-D operand or shapes the forward would refuse."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        return None
+    return kernels_for(a, b).bind_matmul(a, b, out)
+
+
 matmul = primitive(
     "matmul",
     _matmul,
     (_vjp_a, _vjp_b),
     reference=lambda a, b: _reference(a, b),
     samples=_samples,
+    bind=_bind,
     doc="Matrix product a @ b with NumPy's batching and 1-D rules.",
 )
 

@@ -31,7 +31,7 @@ from .loss import bce_backward, bce_forward, softmax_ce_backward, softmax_ce_for
 from .norm import layer_norm_backward, layer_norm_forward, softmax_backward, softmax_forward
 from .optim import adam_update, sgd_update
 from .pool import max_pool_backward, max_pool_forward
-from .products import matmul
+from .products import bind_matmul, matmul
 from .random import dropout_mask
 from .recurrent import (
     gru_backward_step,
@@ -67,6 +67,7 @@ __all__ = [
     "bce_forward",
     "bias_relu_backward",
     "bias_relu_forward",
+    "bind_matmul",
     "col2im",
     "conv_backward",
     "conv_by_image",

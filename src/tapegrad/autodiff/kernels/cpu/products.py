@@ -35,6 +35,8 @@ NumPy's ``matmul``.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .gemm import AVAILABLE, one_blas_thread
@@ -94,6 +96,58 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     if out2 is not out:
         np.copyto(out, out2)
     return out
+
+
+def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray):
+    """A call with no arguments computing ``out[...] = a @ b`` for these very arrays, as
+    :func:`matmul` does, its decisions taken now: a compiled plan binds each product once
+    (its operands and output are buffers it keeps) instead of sizing, planning and finding
+    the arrays' addresses on every replay (~5-10 us a product). The thread count is read at
+    every call; where it changed since binding the product runs as :func:`matmul`, so the
+    pieces (and their bits) are always the current count's."""
+    general = functools.partial(matmul, a, b, out)
+    if a.ndim < 2 or b.ndim < 2 or type(out) is not np.ndarray:
+        return general
+    shape = out.shape
+    flops = 2 * a.shape[-1]
+    for d in shape:
+        flops *= d
+    if flops < _MIN_FLOPS or not AVAILABLE:
+        if a.ndim < 3 or b.ndim != 2:
+            return functools.partial(np.matmul, a, b, out=out)
+        return functools.partial(_numpy_matmul, a, b, out)
+    threads = numba.get_num_threads()
+    count = numba.get_num_threads
+    if threads == 1 or flops < _PARALLEL_FLOPS:
+
+        def small():
+            if count() != threads:
+                return matmul(a, b, out)
+            if threads == 1:
+                return _numpy_matmul(a, b, out)
+            with one_blas_thread():
+                return _numpy_matmul(a, b, out)
+
+        return small
+    plan = _plan(a, b, out, threads)
+    if plan is None:
+        return general
+    units, single, *rest = plan
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data  # the closure keeps the arrays
+
+    def pieces():
+        if count() != threads:
+            return matmul(a, b, out)
+        with one_blas_thread():
+            _parallel(units, single, pa, pb, pc, *rest)
+        return out
+
+    return pieces
+
+
+def bind_matmul_reference(a, b, out):
+    """:func:`bind_matmul` for a device without these kernels: its ``matmul`` each call."""
+    return functools.partial(matmul_reference, a, b, out)
 
 
 def describe() -> str:
