@@ -138,6 +138,7 @@ class Trainer:
                 )
             model.to(self.device)
         self._compiled = compile(self._forward_backward) if mode == "compiled" else None
+        self._updates_inside = updates_in_step(optimizer)  # its step inside ours
 
     # -- one step ------------------------------------------------------------------------------
     def loss(self, logits: Tensor, y) -> Tensor:
@@ -210,7 +211,7 @@ class Trainer:
                 self.optimizer.zero_grad()
                 reducer(np.zeros((), self._float_dtype()))
         # a single process with a tapegrad optimiser updates inside the step (one plan)
-        inside = reducer is None and updates_in_step(self.optimizer)
+        inside = reducer is None and self._updates_inside
         if reducer is not None and len(x) == 0:
             value, correct = reducer.loss, 0
         else:

@@ -214,9 +214,7 @@ def sgd_update(p, g, buf, scratch, *, lr, momentum, dampening, wd, nesterov, fir
     wd_, mom, keep, lr_ = sgd_scalars(p.dtype, lr, momentum, dampening, wd)
     flags = (first, nesterov, wd != 0, dampening != 0)
     plain = buf is None and wd == 0  # two ufunc passes: below the size, cheaper than a call
-    if (plain and p.size < _SGD_LOOP_FROM) or not _flat(
-        p, g, buf if buf is not None else p, buf if buf is not None else p, None
-    ):
+    if (plain and p.size < _SGD_LOOP_FROM) or not _flat(p, g, buf):
         sgd_reference(p, g, buf, *flags, wd_, mom, keep, lr_, scratch)
         return
     pf = p.reshape(-1)
@@ -226,11 +224,12 @@ def sgd_update(p, g, buf, scratch, *, lr, momentum, dampening, wd, nesterov, fir
     run(blocks, pf, g.reshape(-1), bf, buf is not None, *flags, wd_, mom, keep, lr_)
 
 
-def _flat(p, g, m, v, vmax) -> bool:
-    """Whether the loop takes these arrays: C-contiguous, all of p's shape and dtype."""
-    if numba is None:
+def _flat(p, *arrays) -> bool:
+    """Whether the loops take ``p`` and ``arrays`` (None among them: absent): C-contiguous, all
+    of p's shape and dtype."""
+    if numba is None or not p.flags.c_contiguous:
         return False
-    for a in (p, g, m, v) if vmax is None else (p, g, m, v, vmax):
-        if not a.flags.c_contiguous or a.dtype != p.dtype or a.shape != p.shape:
+    for a in arrays:
+        if a is not None and (not a.flags.c_contiguous or a.dtype != p.dtype or a.shape != p.shape):
             return False
     return True

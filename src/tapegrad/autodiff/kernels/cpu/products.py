@@ -60,13 +60,11 @@ _NO_TRANS, _TRANS = 111, 112
 _PLANS: dict = {}  # (shapes, strides, dtype, threads) -> the loop's arguments but the addresses
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out[...] = a @ b`` with NumPy's batching and broadcasting (``out`` of the result's shape
-    and dtype, not overlapping the operands); returns ``out``.
-
-    Products OpenBLAS would run on the calling thread are NumPy's, and so are those up to
-    ``_PARALLEL_FLOPS`` with OpenBLAS held to one thread; larger ones are cut into pieces run
-    over numba's threads (see the module)."""
+def _route(a, b, out, count) -> int:
+    """How ``out[...] = a @ b`` runs with ``count()`` numba threads (asked only where it
+    matters): 0, NumPy's matmul as it is (what OpenBLAS runs on the calling thread anyway, 1-D
+    operands, one numba thread: no pool to share); 1, NumPy's with OpenBLAS held to one
+    thread; else in pieces over that many threads."""
     shape = out.shape
     if len(shape) == 2:  # (the common case first: every Python step counts at ~10 us a product)
         flops = 2 * shape[0] * shape[1] * a.shape[-1]
@@ -75,11 +73,28 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
         for d in shape:
             flops *= d
     if flops < _MIN_FLOPS or not AVAILABLE or a.ndim < 2 or b.ndim < 2:
-        return _numpy_matmul(a, b, out)
-    threads = numba.get_num_threads() if type(out) is np.ndarray else 1
+        return 0
+    threads = count() if type(out) is np.ndarray else 1
     if threads == 1:
-        return _numpy_matmul(a, b, out)  # one numba thread: no pool to share
-    if flops < _PARALLEL_FLOPS:
+        return 0
+    return 1 if flops < _PARALLEL_FLOPS else threads
+
+
+def _two() -> int:
+    return 2
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[...] = a @ b`` with NumPy's batching and broadcasting (``out`` of the result's shape
+    and dtype, not overlapping the operands); returns ``out``.
+
+    Products OpenBLAS would run on the calling thread are NumPy's, and so are those up to
+    ``_PARALLEL_FLOPS`` with OpenBLAS held to one thread; larger ones are cut into pieces run
+    over numba's threads (see the module)."""
+    threads = _route(a, b, out, numba.get_num_threads if AVAILABLE else _two)
+    if threads == 0:
+        return _numpy_matmul(a, b, out)
+    if threads == 1:
         with one_blas_thread():
             return _numpy_matmul(a, b, out)
     plan = _plan(a, b, out, threads)
@@ -105,38 +120,30 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray):
     the arrays' addresses on every replay (~5-10 us a product). The thread count is read at
     every call; where it changed since binding the product runs as :func:`matmul`, so the
     pieces (and their bits) are always the current count's."""
-    general = functools.partial(matmul, a, b, out)
-    if a.ndim < 2 or b.ndim < 2 or type(out) is not np.ndarray:
-        return general
-    shape = out.shape
-    flops = 2 * a.shape[-1]
-    for d in shape:
-        flops *= d
-    if flops < _MIN_FLOPS or not AVAILABLE:
-        if a.ndim < 3 or b.ndim != 2:
-            return functools.partial(np.matmul, a, b, out=out)
+    if _route(a, b, out, _two) == 0:  # NumPy's at any thread count
         return functools.partial(_numpy_matmul, a, b, out)
-    threads = numba.get_num_threads()
     count = numba.get_num_threads
-    if threads == 1 or flops < _PARALLEL_FLOPS:
+    now = count()
+    route = _route(a, b, out, count)
+    plan = _plan(a, b, out, route) if route > 1 else None
+    if route > 1 and plan is None:
+        return functools.partial(matmul, a, b, out)
 
-        def small():
-            if count() != threads:
-                return matmul(a, b, out)
-            if threads == 1:
-                return _numpy_matmul(a, b, out)
-            with one_blas_thread():
-                return _numpy_matmul(a, b, out)
+    def whole():
+        if count() != now:
+            return matmul(a, b, out)
+        if route == 0:
+            return _numpy_matmul(a, b, out)
+        with one_blas_thread():
+            return _numpy_matmul(a, b, out)
 
-        return small
-    plan = _plan(a, b, out, threads)
     if plan is None:
-        return general
+        return whole
     units, single, *rest = plan
     pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data  # the closure keeps the arrays
 
     def pieces():
-        if count() != threads:
+        if count() != now:
             return matmul(a, b, out)
         with one_blas_thread():
             _parallel(units, single, pa, pb, pc, *rest)
