@@ -74,23 +74,15 @@ def test_serial_and_parallel_runs_give_the_same_bits(geometry, threads, monkeypa
     ("geometry", "keys"),
     [(GEOMETRIES[0], {"img_rows"}), (GEOMETRIES[1], {"img_gcols"})],  # stride 1, strided
 )
-def test_a_workspace_holding_other_bytes_changes_nothing(geometry, keys):
+def test_a_workspace_holding_other_bytes_changes_nothing(geometry, keys, leftover_workspace):
     x, w, g, geo = _case(geometry, np.float64, seed=2)
-    kept: dict = {}
-
-    def scratch(key, shape):  # a plan's workspace: the same buffer per key, bytes left over
-        a = kept.get(key)
-        if a is None or a.shape != tuple(shape):
-            a = kept[key] = np.full(shape, np.nan)
-        return a
-
+    scratch = leftover_workspace
     fresh = _run(x, w, g, geo)
     for _ in range(2):
-        for buf in kept.values():
-            buf.fill(np.inf)
+        scratch.refill(np.inf)
         for a, b in zip(fresh, _run(x, w, g, geo, scratch)):
             assert a.tobytes() == b.tobytes()
-    assert {"img_xp", "img_cols", "img_gxp", "img_parts"} | keys <= set(kept)
+    assert {"img_xp", "img_cols", "img_gxp", "img_parts"} | keys <= set(scratch.kept)
 
 
 def test_an_inf_in_the_input_gives_the_references_gradients():

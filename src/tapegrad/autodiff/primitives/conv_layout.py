@@ -30,8 +30,9 @@ from .registry import scratch
 
 def by_image(a, w, groups: int) -> bool:
     """Whether a convolution with weight ``w`` (O, C/G, *K) over ``a``'s device runs image by
-    image in the device's compiled kernels (``conv_image_*``, ``kernels/cpu/by_image.py``: on
-    the CPU 2-d, ungrouped, float, from 16 input channels), instead of the two layouts here."""
+    image in the device's compiled kernels (``conv_image_*``, ``kernels/cpu/conv2d.py``: on
+    the CPU 2-d, ungrouped, float, from 16 input channels; float32 3x3 stride-1 ones from 32
+    channels by Winograd's transform), instead of the two layouts here."""
     return kernels_for(a).conv_by_image(a.dtype, w.shape[1], groups, w.ndim - 2)
 
 
