@@ -80,7 +80,8 @@ def _cases():
     tnn = torch.nn.functional
     convs = {}
     for (c, o, size, stride), seed in zip(
-        [(16, 16, 28, 1), (32, 32, 14, 1), (64, 64, 7, 1), (16, 32, 28, 2)], range(10, 14)
+        [(16, 16, 28, 1), (32, 32, 14, 1), (64, 64, 7, 1), (16, 32, 28, 2), (32, 64, 14, 2)],
+        range(10, 15),
     ):
         xc, wc = _pair((100, c, size, size), (o, c, 3, 3), seed)
         convs[f"conv2d (100,{c},{size},{size}) 3x3 -> {o}, stride {stride}"] = (
@@ -88,8 +89,18 @@ def _cases():
             lambda a, b, st=stride: tnn.conv2d(a, b, stride=st, padding=1),
             [xc, wc],
         )
+    norms = {}
+    for c, size in [(16, 28), (64, 7)]:
+        xb = np.random.default_rng(6).standard_normal((100, c, size, size)).astype(np.float32)
+        ones, zeros = np.ones(c, np.float32), np.zeros(c, np.float32)
+        norms[f"batch_norm, training (100,{c},{size},{size})"] = (
+            lambda a, gm, bt: F.batch_norm(a, None, None, gm, bt, training=True),
+            lambda a, gm, bt: tnn.batch_norm(a, None, None, gm, bt, training=True),
+            [xb, ones, zeros],
+        )
     return {
         **convs,
+        **norms,
         "gelu (2048, 512)": (F.gelu, tnn.gelu, [h]),
         "q @ k^T (32,4,64,32)": (
             lambda a, b: a @ b.transpose(-2, -1),

@@ -156,16 +156,17 @@ if numba is not None and _gemm.AVAILABLE:
                                 row[q] = run[q]
                             _clear_past_width(row, oh_, ow_, pitch)
                         continue
+                    # unsigned indices into the flat plane and row: no view a row, no
+                    # negative-index select an element
                     for i in range(oh_):
-                        start = (i * sh + kh * dh) * wp + kw * dw
-                        run = plane[start : start + (ow_ - 1) * sw + 1 : sw]
-                        part = row[i * pitch : i * pitch + ow_]
+                        start = np.uint64((i * sh + kh * dh) * wp + kw * dw)
+                        at = np.uint64(i * pitch)
                         if back:
-                            for j in range(ow_):
-                                run[j] += part[j]
+                            for j in range(np.uint64(ow_)):
+                                plane[start + j * np.uint64(sw)] += row[at + j]
                         else:
-                            for j in range(ow_):
-                                part[j] = run[j]
+                            for j in range(np.uint64(ow_)):
+                                row[at + j] = plane[start + j * np.uint64(sw)]
 
     @cached_jit(inline="always", **_opts)
     def _clear_past_width(row, oh_, ow_, pitch):  # pragma: no cover - compiled
