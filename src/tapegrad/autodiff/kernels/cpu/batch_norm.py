@@ -6,10 +6,11 @@ Forward, per channel: ``mean``, ``var = mean((x - mean)^2)`` (two passes, no can
 rstd are kept for the backward pass (and its biased variance written out, the running
 statistics' input). Backward, with ``xhat = (x - mean) * rstd``:
 ``gb = sum(g)``, ``gw = sum(g * xhat)``, ``gx = rstd * w * (g - gb / n - xhat * gw / n)``.
-Sums accumulate in float64 (four interleaved partial sums per row, rows added in order), so the
-results do not depend on anything but the input (channels are split over numba's threads
-from ``PARALLEL_MIN_SIZE`` elements, each channel computed whole by one thread); the composed
-form takes about nine passes each way and allocates a temporary per step.
+Sums accumulate in float64, position by position over the N rows into a row of S, which is
+then summed in order (vectorised maps, about twice as fast as a running sum), so the results
+do not depend on anything but the input (channels are split over numba's threads from
+``PARALLEL_MIN_SIZE`` elements, each channel computed whole by one thread); the composed form
+takes about nine passes each way and allocates a temporary per step.
 """
 
 from __future__ import annotations
@@ -55,67 +56,75 @@ except ImportError:  # pragma: no cover
 if numba is not None:
     from ..jit import cached_jit
     from .loops import split_loops, threaded
-    from .norm import _row_sum, _sq_dev_sum
 
     _opts = dict(boundscheck=False, nogil=True, error_model="numpy")
 
+    # The sums over a channel's N * S values accumulate position by position over the N rows
+    # into a float64 row (a map over the row, which LLVM vectorises; a running scalar sum is a
+    # chain of dependent additions, about one value a cycle), then the row is summed in order:
+    # a fixed order that depends on the shape alone.
     @cached_jit(inline="always", **_opts)
-    def _moments(x, c):  # pragma: no cover - compiled
-        """(mean, biased variance) of channel ``c`` of ``x`` (N, C, S), in float64."""
-        count = x.shape[0] * x.shape[2]
+    def _total(acc):  # pragma: no cover - compiled
         s = 0.0
+        for j in range(acc.size):
+            s += acc[j]
+        return s
+
+    @cached_jit(inline="always", **_opts)
+    def _moments(x, c, acc):  # pragma: no cover - compiled
+        """(mean, biased variance) of channel ``c`` of ``x`` (N, C, S), in float64; ``acc`` a
+        float64 row of S."""
+        count = x.shape[0] * x.shape[2]
+        acc[:] = 0.0
         for i in range(x.shape[0]):
-            s += _row_sum(x[i, c])
-        m = s / count
-        q = 0.0
+            xr = x[i, c]
+            for j in range(xr.size):
+                acc[j] += xr[j]
+        m = _total(acc) / count
+        acc[:] = 0.0
         for i in range(x.shape[0]):
-            q += _sq_dev_sum(x[i, c], m)
-        return m, q / count
+            xr = x[i, c]
+            for j in range(xr.size):
+                d = xr[j] - m
+                acc[j] += d * d
+        return m, _total(acc) / count
 
     @cached_jit(**_opts)  # called through split_loops: not inlined
     def _stats_channel(x, mean, var, c):  # pragma: no cover - compiled
-        mean[c], var[c] = _moments(x, c)
+        mean[c], var[c] = _moments(x, c, np.empty(x.shape[2]))
 
     @cached_jit(**_opts)  # called through split_loops: not inlined
     def _forward_channel(x, w, b, eps, y, mean, rstd, var, c):  # pragma: no cover - compiled
-        m, v = _moments(x, c)
+        m, v = _moments(x, c, np.empty(x.shape[2]))
         rs = 1.0 / np.sqrt(v + eps)
         scale = rs * w[c]
+        shift = b[c] - m * scale  # y = (x - m) * scale + b, as x * scale + shift
         for i in range(x.shape[0]):
             xr, yr = x[i, c], y[i, c]
             for j in range(xr.size):
-                yr[j] = (xr[j] - m) * scale + b[c]
+                yr[j] = xr[j] * scale + shift
         mean[c], rstd[c], var[c] = m, rs, v
 
     @cached_jit(**_opts)  # called through split_loops: not inlined
     def _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c):  # pragma: no cover - compiled
         count = x.shape[0] * x.shape[2]
         m, rs = np.float64(mean[c]), np.float64(rstd[c])
-        sb = 0.0
-        sw = 0.0
+        ab, aw = np.zeros(x.shape[2]), np.zeros(x.shape[2])
         for i in range(x.shape[0]):
             gr, xr = g[i, c], x[i, c]
-            a0 = a1 = 0.0
-            c0 = c1 = 0.0
-            n2 = xr.size - xr.size % 2
-            for j in range(0, n2, 2):
-                g0, g1 = np.float64(gr[j]), np.float64(gr[j + 1])
-                a0 += g0
-                a1 += g1
-                c0 += g0 * ((xr[j] - m) * rs)
-                c1 += g1 * ((xr[j + 1] - m) * rs)
-            for j in range(n2, xr.size):
+            for j in range(xr.size):
                 g0 = np.float64(gr[j])
-                a0 += g0
-                c0 += g0 * ((xr[j] - m) * rs)
-            sb += a0 + a1
-            sw += c0 + c1
+                ab[j] += g0
+                aw[j] += g0 * ((xr[j] - m) * rs)
+        sb, sw = _total(ab), _total(aw)
+        # gx = rs * w * (g - sb / n - xhat * sw / n), as a * g + (b * x + d)
         scale = rs * w[c]
-        k1, k2 = sb / count, sw / count
+        a, b = scale, -scale * rs * (sw / count)
+        d = -scale * (sb / count) - b * m
         for i in range(x.shape[0]):
             gr, xr, out = g[i, c], x[i, c], gx[i, c]
             for j in range(xr.size):
-                out[j] = scale * (np.float64(gr[j]) - k1 - (xr[j] - m) * rs * k2)
+                out[j] = a * gr[j] + (b * xr[j] + d)
         gw[c], gb[c] = sw, sb
 
     # each channel whole on one thread (loops.py): the bits do not depend on the split
