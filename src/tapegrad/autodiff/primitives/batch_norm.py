@@ -18,7 +18,7 @@ from ..kernels import generic
 from ..kernels.dispatch import kernels_for
 from . import samples as S
 from .elementwise import rsqrt
-from .registry import Primitive, Sample, primitive, run, scratch
+from .registry import Primitive, Sample, kernel_scratch, primitive, run, scratch
 
 
 def _nc_s(a):
@@ -53,7 +53,8 @@ def _normalise(x, w, b, eps, y, mean, rstd, var, ws):
     kernel = (
         kernels_for(x).batch_norm_forward if _kernel_ok(x, w, b) else generic.batch_norm_forward
     )
-    kernel(_nc_s(_contiguous(x, ws, "x")), w, b, eps, _nc_s(target), mean, rstd, var)
+    xc = _nc_s(_contiguous(x, ws, "x"))
+    kernel(xc, w, b, eps, _nc_s(target), mean, rstd, var, kernel_scratch(ws, x))
     if target is not y:
         y[...] = target
     return y, mean, rstd, var
@@ -123,7 +124,9 @@ def _backward_forward(g, x, w, mean, rstd, out=None, ws=None):
     gb = xp.empty(w.shape, x.dtype) if gb is None else gb
     gc, xc = _contiguous(g, ws, "g"), _contiguous(x, ws, "x")
     target = gx if gx.flags.c_contiguous else scratch(ws, "gx", x.shape, x.dtype, like=x)
-    kernels_for(x).batch_norm_backward(_nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb)
+    kernels_for(x).batch_norm_backward(
+        _nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb, kernel_scratch(ws, x)
+    )
     if target is not gx:
         np.copyto(gx, target)
     return gx, gw, gb
@@ -136,7 +139,8 @@ def _moments_forward(x, out=None, ws=None):
     if not _kernel_ok(x):
         generic.batch_stats(x.reshape(x.shape[0], c, -1), mean, var)
     else:
-        kernels_for(x).batch_stats(_nc_s(_contiguous(x, ws, "x")), mean, var)
+        xc = _nc_s(_contiguous(x, ws, "x"))
+        kernels_for(x).batch_stats(xc, mean, var, kernel_scratch(ws, x))
     return mean, var
 
 

@@ -21,7 +21,7 @@ import numpy as np
 PARALLEL_MIN_SIZE = 1 << 16
 
 
-def batch_stats_reference(x, mean, var) -> None:
+def batch_stats_reference(x, mean, var, scratch=None) -> None:
     axes = (0, 2)
     m = x.mean(axis=axes, dtype=np.float64)
     c = x - m[None, :, None]
@@ -29,7 +29,7 @@ def batch_stats_reference(x, mean, var) -> None:
     var[...] = (c * c).mean(axis=axes, dtype=np.float64)
 
 
-def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd, var) -> None:
+def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd, var, scratch=None) -> None:
     m = x.mean(axis=(0, 2), dtype=np.float64)
     c = x - m[None, :, None]
     v = (c * c).mean(axis=(0, 2), dtype=np.float64)
@@ -38,7 +38,7 @@ def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd, var) -> None:
     mean[...], rstd[...], var[...] = m, r, v
 
 
-def batch_norm_backward_reference(g, x, w, mean, rstd, gx, gw, gb) -> None:
+def batch_norm_backward_reference(g, x, w, mean, rstd, gx, gw, gb, scratch=None) -> None:
     n = x.shape[0] * x.shape[2]
     xhat = (x - mean[None, :, None]) * rstd[None, :, None]
     sb = g.sum(axis=(0, 2), dtype=np.float64)
@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover
 
 if numba is not None:
     from ..jit import cached_jit
-    from .loops import split_loops, threaded
+    from .loops import thread_loops, threaded
 
     _opts = dict(boundscheck=False, nogil=True, error_model="numpy")
 
@@ -89,13 +89,13 @@ if numba is not None:
                 acc[j] += d * d
         return m, _total(acc) / count
 
-    @cached_jit(**_opts)  # called through split_loops: not inlined
-    def _stats_channel(x, mean, var, c):  # pragma: no cover - compiled
-        mean[c], var[c] = _moments(x, c, np.empty(x.shape[2]))
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _stats_channel(t, x, mean, var, accs, c):  # pragma: no cover - compiled
+        mean[c], var[c] = _moments(x, c, accs[t, 0])
 
-    @cached_jit(**_opts)  # called through split_loops: not inlined
-    def _forward_channel(x, w, b, eps, y, mean, rstd, var, c):  # pragma: no cover - compiled
-        m, v = _moments(x, c, np.empty(x.shape[2]))
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _forward_channel(t, x, w, b, eps, y, mean, rstd, var, accs, c):  # pragma: no cover
+        m, v = _moments(x, c, accs[t, 0])
         rs = 1.0 / np.sqrt(v + eps)
         scale = rs * w[c]
         shift = b[c] - m * scale  # y = (x - m) * scale + b, as x * scale + shift
@@ -105,11 +105,13 @@ if numba is not None:
                 yr[j] = xr[j] * scale + shift
         mean[c], rstd[c], var[c] = m, rs, v
 
-    @cached_jit(**_opts)  # called through split_loops: not inlined
-    def _backward_channel(g, x, w, mean, rstd, gx, gw, gb, c):  # pragma: no cover - compiled
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _backward_channel(t, g, x, w, mean, rstd, gx, gw, gb, accs, c):  # pragma: no cover
         count = x.shape[0] * x.shape[2]
         m, rs = np.float64(mean[c]), np.float64(rstd[c])
-        ab, aw = np.zeros(x.shape[2]), np.zeros(x.shape[2])
+        ab, aw = accs[t, 0], accs[t, 1]
+        ab[:] = 0.0
+        aw[:] = 0.0
         for i in range(x.shape[0]):
             gr, xr = g[i, c], x[i, c]
             for j in range(xr.size):
@@ -128,27 +130,38 @@ if numba is not None:
         gw[c], gb[c] = sw, sb
 
     # each channel whole on one thread (loops.py): the bits do not depend on the split
-    _stats_serial, _stats_parallel = split_loops(_stats_channel, **_opts)
-    _forward_serial, _forward_parallel = split_loops(_forward_channel, **_opts)
-    _backward_serial, _backward_parallel = split_loops(_backward_channel, **_opts)
+    _stats_serial, _stats_parallel = thread_loops(_stats_channel, **_opts)
+    _forward_serial, _forward_parallel = thread_loops(_forward_channel, **_opts)
+    _backward_serial, _backward_parallel = thread_loops(_backward_channel, **_opts)
 
     def _threaded(x) -> bool:
         return threaded(x.shape[1], x.size, PARALLEL_MIN_SIZE)
 
-    def batch_stats(x, mean, var) -> None:
-        """Each channel's mean and biased variance (the forward's statistics)."""
-        (_stats_parallel if _threaded(x) else _stats_serial)(x.shape[1], x, mean, var)
+    def _plan(x, scratch) -> tuple:
+        """(parallel?, each thread's two float64 rows of S to accumulate in, kept in
+        ``scratch`` when given)."""
+        parallel = _threaded(x)
+        shape = (numba.get_num_threads() if parallel else 1, 2, x.shape[2])
+        accs = np.empty(shape) if scratch is None else scratch("bn_rows", shape, np.float64)
+        return parallel, accs
 
-    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var) -> None:
+    def batch_stats(x, mean, var, scratch=None) -> None:
+        """Each channel's mean and biased variance (the forward's statistics)."""
+        parallel, accs = _plan(x, scratch)
+        (_stats_parallel if parallel else _stats_serial)(x.shape[1], x, mean, var, accs)
+
+    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var, scratch=None) -> None:
         """``y``, and each channel's mean, rstd and biased variance (``var``: what
         :func:`batch_stats` gives, for a plan that fuses the two)."""
-        run = _forward_parallel if _threaded(x) else _forward_serial
-        run(x.shape[1], x, w, b, float(eps), y, mean, rstd, var)
+        parallel, accs = _plan(x, scratch)
+        run = _forward_parallel if parallel else _forward_serial
+        run(x.shape[1], x, w, b, float(eps), y, mean, rstd, var, accs)
 
-    def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb) -> None:
+    def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb, scratch=None) -> None:
         """gx (N, C, S), gw, gb (C,) from g, x and the forward's mean, rstd (C,)."""
-        run = _backward_parallel if _threaded(x) else _backward_serial
-        run(x.shape[1], g, x, w, mean, rstd, gx, gw, gb)
+        parallel, accs = _plan(x, scratch)
+        run = _backward_parallel if parallel else _backward_serial
+        run(x.shape[1], g, x, w, mean, rstd, gx, gw, gb, accs)
 
 else:  # pragma: no cover
     batch_stats = batch_stats_reference
