@@ -92,6 +92,28 @@ def test_relu_and_add_kernels_are_numpys_bits(dtype):
     np.testing.assert_array_equal(t.grad.data, (x[:1000] > 0).astype(dtype))
 
 
+@pytest.mark.parametrize("size", [1000, (1 << 17) + 5])  # the serial and the threaded loops
+def test_relu_and_add_kernels_in_place_give_the_same_bits(size):
+    # an operand that is the output itself (a staged broadcast gradient) takes the in-place
+    # loops; an aliased second operand of ReLU's VJP (the mask) keeps the general loop
+    rng = np.random.default_rng(3)
+    x, g = rng.normal(size=size).astype(np.float32), rng.normal(size=size).astype(np.float32)
+    x[:4], g[4:8] = [np.nan, np.inf, -0.0, 0.0], [np.nan, -np.inf, -0.0, 0.0]
+    calls = [
+        (special.relu_backward, (g, x), [0, 1]),
+        (special.relu_forward, (x,), [0]),
+        (special.add_arrays, (g, x), [0, 1]),
+        (special.add_arrays, (x, x), [0]),  # both operands the output
+    ]
+    for kernel, args, aliased in calls:
+        want = np.empty_like(x)
+        kernel(*args, want)
+        for k in aliased:
+            out = args[k].copy()
+            kernel(*[out if a is args[k] else a for a in args], out)
+            assert out.tobytes() == want.tobytes(), (kernel.__name__, k)
+
+
 # float64 atol: 1 + erf(x / sqrt(2)) cancels for negative x in both libraries, which round it in
 # different orders (differences of a few 1e-16 there, as large relative to a tiny result);
 # float32: test_math_ops' tolerances (PyTorch's float32 backward rounds Phi(x) + x phi(x) in

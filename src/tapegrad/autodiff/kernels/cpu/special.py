@@ -194,6 +194,30 @@ if numba is not None:
         for i in range(out.size):
             out[i] = g[i] if x[i] > 0 else zero
 
+    # The same operations where an input is the output itself (``primitives/activation.py``
+    # stages a non-contiguous operand into the output): the loops above, given one array as
+    # both, fail LLVM's overlap check and run its scalar loop, whose select became a branch
+    # (30x slower on random signs); these read and write the one array.
+    @_jit
+    def _relu_into(out, lo, hi):  # pragma: no cover - compiled
+        out = out[lo:hi]
+        for i in range(out.size):
+            v = out[i]
+            out[i] = v if (v > 0 or v != v) else 0
+
+    @_jit
+    def _relu_grad_into(x, out, lo, hi):  # pragma: no cover - compiled
+        x, out = x[lo:hi], out[lo:hi]  # out holds g
+        zero = out.dtype.type(0)
+        for i in range(out.size):
+            out[i] = out[i] if x[i] > 0 else zero
+
+    @_jit
+    def _add_into(y, out, lo, hi):  # pragma: no cover - compiled
+        y, out = y[lo:hi], out[lo:hi]  # out holds the other term (addition commutes)
+        for i in range(out.size):
+            out[i] = out[i] + y[i]
+
     def _chunked(body):
         """``body(*arrays, lo, hi)`` over chunks of the flat arrays on numba's threads (cached by
         the body: numba's own key for this closure differs in every process)."""
@@ -217,14 +241,26 @@ if numba is not None:
         "relu_grad": _relu_grad_range,
     }
     _PARALLEL = {name: _chunked(body) for name, body in _SERIAL.items()}
+    # name -> the operation with its first (aliased) input read from the output
+    _SERIAL_INTO = {"relu": _relu_into, "relu_grad": _relu_grad_into, "add": _add_into}
+    _PARALLEL_INTO = {name: _chunked(body) for name, body in _SERIAL_INTO.items()}
 
     def _launch(name: str, *arrays) -> None:
         flat = [a.reshape(-1) for a in arrays]
         n = flat[-1].size
+        serial, parallel = _SERIAL, _PARALLEL
+        if name in _SERIAL_INTO:  # (one shape and dtype: the same address is the same array)
+            out = flat[-1].ctypes.data
+            if name == "add" and flat[1].ctypes.data == out:
+                flat = [flat[0], flat[2]]  # x + out: addition commutes
+            elif flat[0].ctypes.data == out:
+                flat = flat[1:]
+            if len(flat) < len(arrays):
+                serial, parallel = _SERIAL_INTO, _PARALLEL_INTO
         if numba.get_num_threads() > 1 and n >= _PARALLEL_MIN:
-            _PARALLEL[name](*flat)
+            parallel[name](*flat)
         else:
-            _SERIAL[name](*flat, 0, n)
+            serial[name](*flat, 0, n)
 
     def erf(x: np.ndarray, out: np.ndarray) -> None:
         """``out = erf(x)`` for C-contiguous float arrays of one shape."""
