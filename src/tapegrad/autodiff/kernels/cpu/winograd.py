@@ -283,24 +283,27 @@ if AVAILABLE:
         _sub(y11, y10, f(14))
         _copy(y11, f(15))
 
+    @cached_jit(inline="always", **_opts)
+    def _span(xp, n, chunks, k):  # pragma: no cover - compiled
+        """(tile rows, tile columns, first image, past the last image) of chunk k."""
+        return xp.shape[0] // 2 - 1, xp.shape[2] - 1, k * n // chunks, (k + 1) * n // chunks
+
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _forward_chunk(
         tid, x, u, res, bad, xps, zs, vs, ms, ss, pt, pl, chunks, k
     ):  # pragma: no cover
-        xp, z, v, m, s = xps[tid], zs[tid], vs[tid], ms[tid], ss[tid]
-        c_, o_ = u.shape[1], u.shape[2]
-        th_, tw_ = xp.shape[0] // 2 - 1, xp.shape[2] - 1
-        first, last = k * x.shape[0] // chunks, (k + 1) * x.shape[0] // chunks
-        xpf, zf, vf = xp.reshape(-1), z.reshape(-1), v.reshape(-1)
+        xp, v, m = xps[tid], vs[tid], ms[tid]
+        th_, tw_, first, last = _span(xp, x.shape[0], chunks, k)
         for n in range(first, last):
             if _fill(x, n, xp, pt, pl):
                 bad[k] = True
                 return  # the caller computes the whole result another way
-            _input_tiles(xpf, zf, vf, (n - first) * th_ * tw_, th_, tw_, c_)
-        width = (last - first) * th_ * tw_
+            _input_tiles(xp.ravel(), zs[tid].ravel(), v.ravel(), (n - first) * th_ * tw_, th_,
+                         tw_, x.shape[1])  # fmt: skip
+        c_, o_, width = u.shape[1], u.shape[2], (last - first) * th_ * tw_
         for xi in range(16):  # M[xi] (T, O) = V[xi] (T, C) @ U[xi] (C, O)
             gemm(NO_TRANS, NO_TRANS, width, o_, c_, 1.0, v[xi], c_, u[xi], o_, 0.0, m[xi], o_)
-        _output_tiles(m.reshape(-1), s.reshape(-1), width * o_)
+        _output_tiles(m.reshape(-1), ss[tid].reshape(-1), width * o_)
         for n in range(first, last):
             _unfill(m, res, n, (n - first) * th_ * tw_)
 
@@ -308,18 +311,16 @@ if AVAILABLE:
     def _weight_chunk(
         tid, x, g, parts, bad, xps, zs, vs, ms, ss, pt, pl, chunks, k
     ):  # pragma: no cover
-        xp, z, v, dm, s = xps[tid], zs[tid], vs[tid], ms[tid], ss[tid]
-        c_, o_ = x.shape[1], g.shape[1]
-        th_, tw_ = xp.shape[0] // 2 - 1, xp.shape[2] - 1
-        first, last = k * x.shape[0] // chunks, (k + 1) * x.shape[0] // chunks
-        xpf, zf, vf = xp.reshape(-1), z.reshape(-1), v.reshape(-1)
-        gb, p = s[:4], s[4:6]
+        xp, v, dm = xps[tid], vs[tid], ms[tid]
+        gb, p = ss[tid, :4], ss[tid, 4:6]  # g's tiles, the transform's halfway values
+        th_, tw_, first, last = _span(xp, x.shape[0], chunks, k)
         for n in range(first, last):
-            if _fill(x, n, xp, pt, pl) or _gradient_fill(g, n, gb, (n - first) * th_ * tw_):
+            at = (n - first) * th_ * tw_
+            if _fill(x, n, xp, pt, pl) or _gradient_fill(g, n, gb, at):
                 bad[k] = True
                 return  # the caller computes the whole result another way
-            _input_tiles(xpf, zf, vf, (n - first) * th_ * tw_, th_, tw_, c_)
-        width = (last - first) * th_ * tw_
+            _input_tiles(xp.ravel(), zs[tid].ravel(), v.ravel(), at, th_, tw_, x.shape[1])
+        c_, o_, width = x.shape[1], g.shape[1], (last - first) * th_ * tw_
         _gradient_tiles(gb.reshape(-1), p.reshape(-1), dm.reshape(-1), width * o_)
         for xi in range(16):  # dU[xi] (O, C) = dM[xi]^T (O, T) @ V[xi] (T, C)
             gemm(TRANS, NO_TRANS, o_, c_, width, 1.0, dm[xi], o_, v[xi], c_, 0.0, parts[k, xi], c_)
