@@ -46,18 +46,26 @@ def _cnn(dims: int):
     return nn.Sequential(conv(2, 3, 3), nn.ReLU(), pool(2), nn.Flatten())
 
 
+def _bn():
+    # BatchNorm in training (its running statistics fused in too) then ReLU; a bias of 0 and
+    # inputs of ties put normalised values at exactly 0
+    return nn.Sequential(nn.Conv2d(2, 3, 3, bias=False), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten())
+
+
 def _inputs(kind: str, rng, dtype):
     return {
         "mlp": (_ties(rng, (7, 6), dtype),),
         "cnn1": (_ties(rng, (4, 2, 9), dtype),),
         "cnn2": (_ties(rng, (4, 2, 8, 8), dtype),),
+        "bn": (_ties(rng, (4, 2, 6, 6), dtype),),
     }[kind]
 
 
-MODELS = {"mlp": _mlp, "cnn1": lambda: _cnn(1), "cnn2": lambda: _cnn(2)}
+MODELS = {"mlp": _mlp, "cnn1": lambda: _cnn(1), "cnn2": lambda: _cnn(2), "bn": _bn}
 FUSED = {"mlp": ("bias_relu", "bias_relu_backward"), "cnn1": ("relu_max_pool",) * 2}
 FUSED["cnn1"] = ("relu_max_pool", "relu_max_pool_backward")
 FUSED["cnn2"] = FUSED["cnn1"]
+FUSED["bn"] = ("batch_norm_relu_train_moments", "batch_norm_relu_backward")
 
 
 def _model(kind, dtype):

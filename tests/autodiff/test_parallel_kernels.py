@@ -63,14 +63,26 @@ def test_batch_norm_kernels_parallel_equal_serial(dtype):
         mean, var = np.empty(c, dtype), np.empty(c, dtype)
         getattr(bn, f"_stats_{kind}")(c, x, mean, var, accs)
         y, m2, rstd, v2 = np.empty_like(x), *(np.empty(c, dtype) for _ in range(3))
-        getattr(bn, f"_forward_{kind}")(c, x, w, b, 1e-5, y, m2, rstd, v2, accs)
+        getattr(bn, f"_forward_{kind}")(c, x, w, b, 1e-5, y, m2, rstd, v2, accs, False)
         gx, gw, gb = np.empty_like(x), np.empty(c, dtype), np.empty(c, dtype)
-        getattr(bn, f"_backward_{kind}")(c, g, x, w, m2, rstd, gx, gw, gb, accs)
-        return mean, var, y, m2, rstd, v2, gx, gw, gb
+        getattr(bn, f"_backward_{kind}")(c, g, x, w, m2, rstd, gx, gw, gb, accs, g, False)
+        fused = np.empty_like(x), np.empty_like(x), np.empty(c, dtype), np.empty(c, dtype)
+        stats = (np.empty(c, dtype) for _ in range(3))
+        getattr(bn, f"_forward_{kind}")(c, x, w, b, 1e-5, fused[0], *stats, accs, True)
+        getattr(bn, f"_backward_{kind}")(c, g, x, w, m2, rstd, *fused[1:], accs, fused[0], True)
+        return mean, var, y, m2, rstd, v2, gx, gw, gb, *fused
 
     for a, p in zip(outputs("serial"), outputs("parallel"), strict=True):
         assert a.tobytes() == p.tobytes()
-    mean, var, y, _, rstd, _, gx, gw, gb = outputs("serial")
+    mean, var, y, _, rstd, _, gx, gw, gb, ry, rgx, rgw, rgb = outputs("serial")
+    # the fused ReLU: its output and ReLU's VJP ahead of the backward, bit for bit
+    assert ry.tobytes() == np.where((y > 0) | (y != y), y, 0).astype(dtype).tobytes()
+    masked = [np.empty_like(x), np.empty(c, dtype), np.empty(c, dtype)]
+    accs = np.empty((1, 2, s))
+    bn._backward_serial(c, np.where(ry > 0, g, 0).astype(dtype), x, w, mean, rstd, *masked,
+                        accs, g, False)  # fmt: skip
+    for got, want in zip((rgx, rgw, rgb), masked):
+        assert got.tobytes() == want.tobytes()
     y_ref, m_ref, r_ref, v_ref = np.empty_like(x), *(np.empty(c, dtype) for _ in range(3))
     bn.batch_norm_forward_reference(x, w, b, 1e-5, y_ref, m_ref, r_ref, v_ref)
     tol = 1e-5 if dtype == np.float32 else 1e-12

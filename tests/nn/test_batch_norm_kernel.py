@@ -69,9 +69,10 @@ def test_compiled_batch_norm_equals_eager_and_uses_the_kernels():
     for a, b in zip(s_eager, s_comp):
         assert a.tobytes() == b.tobytes()
     names = [e.prim.name for e in f.all_plans[0].eqs]
-    # the running statistics' moments fused into the normalisation's pass (plan/fusion.py)
-    assert "batch_norm_train_moments" in names and "batch_norm_backward" in names
-    assert "batch_moments" not in names
+    # the running statistics' moments fused into the normalisation's pass, and the ReLU after
+    # it into its output pass and its VJP (plan/fusion.py)
+    assert "batch_norm_relu_train_moments" in names and "batch_norm_relu_backward" in names
+    assert not {"batch_moments", "relu", "relu_backward"} & set(names)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

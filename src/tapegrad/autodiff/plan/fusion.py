@@ -20,7 +20,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..primitives.batch_norm import batch_norm_train_moments
+from ..primitives.batch_norm import (
+    batch_norm_relu_backward,
+    batch_norm_relu_train,
+    batch_norm_relu_train_moments,
+    batch_norm_train_moments,
+)
 from ..primitives.fused import (
     bias_relu,
     bias_relu_backward_kernel,
@@ -214,12 +219,60 @@ def _fuse_batch_moments(moments: Eq, uses: _Uses, values: list, drop: set) -> No
     drop.add(id(moments))
 
 
+# -- BatchNorm + ReLU ----------------------------------------------------------------------------
+_WITH_RELU = {
+    "batch_norm_train": batch_norm_relu_train,
+    "batch_norm_train_moments": batch_norm_relu_train_moments,
+}
+
+
+def _fuse_batch_norm_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> None:
+    """``h, mean, rstd = batch_norm_train(x, w, b); y = relu(h)`` -> ``y, mean, rstd =
+    batch_norm_relu_train(x, w, b)`` (or its ``_moments`` form); its backward ``gh =
+    relu_backward(g, h); gx, gw, gb = batch_norm_backward(gh, x, w, mean, rstd)`` -> ``gx, gw,
+    gb = batch_norm_relu_backward(g, y, x, w, mean, rstd)``: ReLU's two passes saved."""
+    h = _var(relu.ins[0])
+    norm = uses.maker.get(h)
+    if norm is None or id(norm) in drop or norm.prim.name not in _WITH_RELU or norm.outs[0] != h:
+        return
+    backward = []
+    for e in uses.read_by(h):
+        if e is relu:
+            continue
+        if not _relu_grad(h, e) or id(e) in drop:
+            return  # h is read elsewhere: keep the pair as it is
+        after = uses.only_reader(e.outs[0])
+        this_norm = [norm.ins[0], norm.ins[1], (VAR, norm.outs[1]), (VAR, norm.outs[2])]
+        if not (
+            isinstance(after, Eq)
+            and id(after) not in drop
+            and after.prim.name == "batch_norm_backward"
+            and after.ins == [(VAR, e.outs[0]), *this_norm]  # this BatchNorm's VJP
+        ):
+            return
+        backward.append((e, after))
+    norm.prim = _WITH_RELU[norm.prim.name]
+    norm.outs = [relu.outs[0], *norm.outs[1:]]
+    drop.add(id(relu))
+    for grad, after in backward:
+        after.prim = batch_norm_relu_backward
+        after.ins = [grad.ins[0], (VAR, relu.outs[0]), *after.ins[1:]]
+        drop.add(id(grad))
+
+
+def _fuse_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> None:
+    """A ReLU fuses with what made its input: a bias add, or a BatchNorm."""
+    maker = uses.maker.get(_var(relu.ins[0]))
+    rule = _fuse_batch_norm_relu if maker is not None and maker.prim.name in _WITH_RELU else None
+    (rule or _fuse_bias_relu)(relu, uses, values, drop)
+
+
 FUSIONS: list[tuple[str, Callable]] = [
     ("batch_moments", _fuse_batch_moments),
     ("conv_weight", _fuse_conv_grads),
     ("max_pool1d", _fuse_relu_max_pool),
     ("max_pool2d", _fuse_relu_max_pool),
-    ("relu", _fuse_bias_relu),
+    ("relu", _fuse_relu),
 ]
 """(anchor primitive, rule): each equation of the anchor's primitive is handed to the rule,
 which rewrites it and its neighbours in place where the pattern fits. In priority order: a ReLU

@@ -39,9 +39,10 @@ def _contiguous(x, ws, key):
     return c
 
 
-def _normalise(x, w, b, eps, y, mean, rstd, var, ws):
+def _normalise(x, w, b, eps, y, mean, rstd, var, ws, relu=False):
     """``y`` and each channel's mean, rstd and biased variance into the given arrays (``None``:
-    made here); one pass of statistics serves all four."""
+    made here); one pass of statistics serves all four. ``relu``: y <- max(y, 0), as ReLU's
+    kernel writes it."""
     c = x.shape[1]
     xp = xp_of(x)
     y = xp.empty(x.shape, x.dtype) if y is None else y
@@ -54,7 +55,7 @@ def _normalise(x, w, b, eps, y, mean, rstd, var, ws):
         kernels_for(x).batch_norm_forward if _kernel_ok(x, w, b) else generic.batch_norm_forward
     )
     xc = _nc_s(_contiguous(x, ws, "x"))
-    kernel(xc, w, b, eps, _nc_s(target), mean, rstd, var, kernel_scratch(ws, x))
+    kernel(xc, w, b, eps, _nc_s(target), mean, rstd, var, kernel_scratch(ws, x), relu)
     if target is not y:
         y[...] = target
     return y, mean, rstd, var
@@ -65,11 +66,11 @@ def _forward(x, w, b, eps, out=None, ws=None):
     return _normalise(x, w, b, eps, y, mean, rstd, None, ws)[:3]
 
 
-def _forward_and_moments(x, w, b, eps, out=None, ws=None):
+def _forward_and_moments(x, w, b, eps, out=None, ws=None, relu=False):
     """``batch_norm_train``'s outputs and ``batch_moments``' of the same ``x`` from one pass of
     statistics (the fused primitive the fusion pass puts in place of the two)."""
     y, mean, rstd, moments_mean, var = (None,) * 5 if out is None else out
-    y, mean, rstd, var = _normalise(x, w, b, eps, y, mean, rstd, var, ws)
+    y, mean, rstd, var = _normalise(x, w, b, eps, y, mean, rstd, var, ws, relu)
     if moments_mean is None:
         moments_mean = mean.copy()
     else:
@@ -106,13 +107,16 @@ def _vjp(g, out, needs, x, w, b, eps, aux):
     return [gr if need else None for gr, need in zip(grads, needs)]
 
 
-def _backward_forward(g, x, w, mean, rstd, out=None, ws=None):
+def _backward_forward(g, x, w, mean, rstd, out=None, ws=None, mask=None):
     gx, gw, gb = (None, None, None) if out is None else out
     if not _kernel_ok(g, x, w, mean, rstd):
         _, shape = _axes_shape(x)
         ref = [np.empty_like(x), np.empty_like(w), np.empty_like(w)]
         flat = [a.reshape(a.shape[0], a.shape[1], -1) for a in (g, x)]
-        generic.batch_norm_backward(*flat, w, mean, rstd, ref[0].reshape(flat[1].shape), *ref[1:])
+        m = None if mask is None else mask.reshape(flat[0].shape)
+        generic.batch_norm_backward(
+            *flat, w, mean, rstd, ref[0].reshape(flat[1].shape), *ref[1:], mask=m
+        )
         if out is None:
             return tuple(ref)
         for buf, v in zip(out, ref):
@@ -124,8 +128,9 @@ def _backward_forward(g, x, w, mean, rstd, out=None, ws=None):
     gb = xp.empty(w.shape, x.dtype) if gb is None else gb
     gc, xc = _contiguous(g, ws, "g"), _contiguous(x, ws, "x")
     target = gx if gx.flags.c_contiguous else scratch(ws, "gx", x.shape, x.dtype, like=x)
+    m = None if mask is None else _nc_s(_contiguous(mask, ws, "mask"))
     kernels_for(x).batch_norm_backward(
-        _nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb, kernel_scratch(ws, x)
+        _nc_s(gc), _nc_s(xc), w, mean, rstd, _nc_s(target), gw, gb, kernel_scratch(ws, x), m
     )
     if target is not gx:
         np.copyto(gx, target)
@@ -220,4 +225,40 @@ batch_norm_train_moments = Primitive(
     None,
     doc="batch_norm_train's three outputs and batch_moments' two for the same input from one "
     "pass of statistics. Made only by the fusion pass.",
+)
+
+
+def _relu_forward(x, w, b, eps, out=None, ws=None):
+    y, mean, rstd = (None, None, None) if out is None else out
+    return _normalise(x, w, b, eps, y, mean, rstd, None, ws, True)[:3]
+
+
+def _relu_forward_and_moments(x, w, b, eps, out=None, ws=None):
+    return _forward_and_moments(x, w, b, eps, out, ws, True)
+
+
+def _relu_backward(g, y, x, w, mean, rstd, out=None, ws=None):
+    return _backward_forward(g, x, w, mean, rstd, out, ws, mask=y)
+
+
+batch_norm_relu_train = Primitive(
+    "batch_norm_relu_train",
+    _relu_forward,
+    None,
+    doc="relu(batch_norm_train(x, w, b)) and the statistics, ReLU applied as the normalised "
+    "rows are written (its pass over the output saved). Made only by the fusion pass.",
+)
+batch_norm_relu_train_moments = Primitive(
+    "batch_norm_relu_train_moments",
+    _relu_forward_and_moments,
+    None,
+    doc="batch_norm_relu_train's three outputs and batch_moments' two from one pass of "
+    "statistics. Made only by the fusion pass.",
+)
+batch_norm_relu_backward = Primitive(
+    "batch_norm_relu_backward",
+    _relu_backward,
+    None,
+    doc="ReLU's VJP then batch_norm_backward in its two passes: g counts where the fused "
+    "output y is positive. Made only by the fusion pass.",
 )

@@ -29,16 +29,20 @@ def batch_stats_reference(x, mean, var, scratch=None) -> None:
     var[...] = (c * c).mean(axis=axes, dtype=np.float64)
 
 
-def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd, var, scratch=None) -> None:
+def batch_norm_forward_reference(x, w, b, eps, y, mean, rstd, var, scratch=None, relu=False):
     m = x.mean(axis=(0, 2), dtype=np.float64)
     c = x - m[None, :, None]
     v = (c * c).mean(axis=(0, 2), dtype=np.float64)
     r = 1 / np.sqrt(v + eps)
     y[...] = c * (r * w)[None, :, None] + b[None, :, None]
+    if relu:  # ReLU's kernel: NaN kept, -0 to +0
+        y[...] = np.where((y > 0) | (y != y), y, 0)
     mean[...], rstd[...], var[...] = m, r, v
 
 
-def batch_norm_backward_reference(g, x, w, mean, rstd, gx, gw, gb, scratch=None) -> None:
+def batch_norm_backward_reference(g, x, w, mean, rstd, gx, gw, gb, scratch=None, mask=None):
+    if mask is not None:  # ReLU's VJP first: g where the fused output is positive
+        g = np.where(mask > 0, g, 0).astype(g.dtype)
     n = x.shape[0] * x.shape[2]
     xhat = (x - mean[None, :, None]) * rstd[None, :, None]
     sb = g.sum(axis=(0, 2), dtype=np.float64)
@@ -94,7 +98,7 @@ if numba is not None:
         mean[c], var[c] = _moments(x, c, accs[t, 0])
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _forward_channel(t, x, w, b, eps, y, mean, rstd, var, accs, c):  # pragma: no cover
+    def _forward_channel(t, x, w, b, eps, y, mean, rstd, var, accs, relu, c):  # pragma: no cover
         m, v = _moments(x, c, accs[t, 0])
         rs = 1.0 / np.sqrt(v + eps)
         scale = rs * w[c]
@@ -103,10 +107,18 @@ if numba is not None:
             xr, yr = x[i, c], y[i, c]
             for j in range(xr.size):
                 yr[j] = xr[j] * scale + shift
+            if relu:  # ReLU's kernel on the rounded row: NaN kept, -0 to +0
+                for j in range(yr.size):
+                    u = yr[j]
+                    yr[j] = u if (u > 0 or u != u) else 0
         mean[c], rstd[c], var[c] = m, rs, v
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _backward_channel(t, g, x, w, mean, rstd, gx, gw, gb, accs, c):  # pragma: no cover
+    def _backward_channel(
+        t, g, x, w, mean, rstd, gx, gw, gb, accs, mask, masked, c
+    ):  # pragma: no cover - compiled
+        """``masked``: g counts only where ``mask`` (the fused ReLU's output) is positive, as
+        ReLU's VJP writes it (0 elsewhere)."""
         count = x.shape[0] * x.shape[2]
         m, rs = np.float64(mean[c]), np.float64(rstd[c])
         ab, aw = accs[t, 0], accs[t, 1]
@@ -114,8 +126,9 @@ if numba is not None:
         aw[:] = 0.0
         for i in range(x.shape[0]):
             gr, xr = g[i, c], x[i, c]
+            mr = mask[i, c] if masked else gr
             for j in range(xr.size):
-                g0 = np.float64(gr[j])
+                g0 = np.float64(gr[j]) if not masked or mr[j] > 0 else 0.0
                 ab[j] += g0
                 aw[j] += g0 * ((xr[j] - m) * rs)
         sb, sw = _total(ab), _total(aw)
@@ -125,8 +138,10 @@ if numba is not None:
         d = -scale * (sb / count) - b * m
         for i in range(x.shape[0]):
             gr, xr, out = g[i, c], x[i, c], gx[i, c]
+            mr = mask[i, c] if masked else gr
             for j in range(xr.size):
-                out[j] = a * gr[j] + (b * xr[j] + d)
+                g0 = np.float64(gr[j]) if not masked or mr[j] > 0 else 0.0
+                out[j] = a * g0 + (b * xr[j] + d)
         gw[c], gb[c] = sw, sb
 
     # each channel whole on one thread (loops.py): the bits do not depend on the split
@@ -150,18 +165,21 @@ if numba is not None:
         parallel, accs = _plan(x, scratch)
         (_stats_parallel if parallel else _stats_serial)(x.shape[1], x, mean, var, accs)
 
-    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var, scratch=None) -> None:
+    def batch_norm_forward(x, w, b, eps, y, mean, rstd, var, scratch=None, relu=False) -> None:
         """``y``, and each channel's mean, rstd and biased variance (``var``: what
-        :func:`batch_stats` gives, for a plan that fuses the two)."""
+        :func:`batch_stats` gives, for a plan that fuses the two); ``relu``: y <- max(y, 0)
+        as ReLU's kernel writes it (a plan's fused BatchNorm + ReLU)."""
         parallel, accs = _plan(x, scratch)
         run = _forward_parallel if parallel else _forward_serial
-        run(x.shape[1], x, w, b, float(eps), y, mean, rstd, var, accs)
+        run(x.shape[1], x, w, b, float(eps), y, mean, rstd, var, accs, bool(relu))
 
-    def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb, scratch=None) -> None:
-        """gx (N, C, S), gw, gb (C,) from g, x and the forward's mean, rstd (C,)."""
+    def batch_norm_backward(g, x, w, mean, rstd, gx, gw, gb, scratch=None, mask=None) -> None:
+        """gx (N, C, S), gw, gb (C,) from g, x and the forward's mean, rstd (C,); ``mask``
+        (N, C, S): the fused ReLU's output, g counting only where it is positive."""
         parallel, accs = _plan(x, scratch)
         run = _backward_parallel if parallel else _backward_serial
-        run(x.shape[1], g, x, w, mean, rstd, gx, gw, gb, accs)
+        masked = mask is not None
+        run(x.shape[1], g, x, w, mean, rstd, gx, gw, gb, accs, g if mask is None else mask, masked)
 
 else:  # pragma: no cover
     batch_stats = batch_stats_reference
