@@ -25,9 +25,11 @@ Backward, with ``xhat = (x - mean) * rstd`` and ``h = g * w``:
 ``gb = sum over rows of g``.
 
 Row sums accumulate in float64 in four interleaved partial sums (a fixed order, so the
-results do not depend on the thread count; the independent sums let the compiler use SIMD
-without ``fastmath``). Rows are split over numba's threads when there are enough of them; the
-weight and bias gradients are summed over rows in order in a second, serial loop.
+results do not depend on the thread count). LLVM keeps them scalar (``vaddsd``, about one value
+a cycle; BatchNorm's sums, which run over a channel's rows, became vectorised maps instead, see
+``batch_norm.py``: a row of 64-128 values is too short for that). Rows are split over numba's
+threads when there are enough of them; the weight and bias gradients are summed over rows in
+order in a second, serial loop.
 """
 
 from __future__ import annotations
