@@ -145,6 +145,22 @@ def test_finite_calls_take_the_winograd_kernels(counted):
     assert len(calls) == 3  # strided and float64 calls keep the image-by-image kernels
 
 
+def test_images_too_large_for_the_chunks_keep_the_image_kernels(counted, monkeypatch):
+    # a chunk holds at least one image: its buffers are bounded by keeping larger images on
+    # the image-by-image kernels (8 MiB a buffer a thread: 64 channels up to 90x90)
+    assert winograd.fits((90, 90), 64) and not winograd.fits((92, 92), 64)
+    assert winograd.fits((128, 128), 32) and not winograd.fits((130, 128), 32)
+    x, w, g, padding = _case(GEOMETRIES[0], seed=7)  # 8x8 images: 16 tiles, 32 channels
+    geo = ((1, 1), padding, (1, 1))
+    monkeypatch.setattr(winograd, "MAX_IMAGE_ENTRIES", 16 * 32 - 1)
+    got, want = np.empty(g.shape, np.float32), np.empty(g.shape, np.float32)
+    conv2d.conv_image_forward(x, w, got, *geo)
+    conv2d.conv_image_weight(x, g, np.empty_like(w), *geo)
+    conv2d.conv_image_input(g, w, np.empty_like(x), *geo)
+    by_image.conv_image_forward(x, w, want, *geo)
+    assert counted == [] and got.tobytes() == want.tobytes()
+
+
 def test_openblas_keeps_its_thread_count():
     setter, getter = gemm._THREADS
     before = getter()

@@ -1,7 +1,8 @@
 """Which compiled kernel serves a 2-d convolution the image-by-image layout takes
 (``primitives/conv_layout.by_image``): Winograd's F(2x2, 3x3) for the 3x3 stride-1 float32
-layers from 32 channels (``winograd.py``), where its operands are finite; the image-by-image
-products of ``by_image.py`` for every other one. Each function has ``by_image``'s signature.
+layers from 32 channels (``winograd.py``) whose images fit its chunks' buffers, where its
+operands are finite; the image-by-image products of ``by_image.py`` for every other one. Each
+function has ``by_image``'s signature.
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 from . import by_image, winograd
 
 
-def _winograd(dtype, w_shape, stride, dilation) -> bool:
-    return winograd.applies(dtype, w_shape, stride, dilation, 1)
+def _winograd(dtype, w_shape, stride, dilation, out_shape) -> bool:
+    """Winograd's kernels take this call (a 3x3 stride-1 float32 kind, an image that fits)."""
+    return winograd.applies(dtype, w_shape, stride, dilation, 1) and winograd.fits(
+        out_shape, max(w_shape[:2])
+    )
 
 
 def conv_image_forward(x, w, res, stride, padding, dilation, scratch=None) -> None:
     """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w)."""
-    if _winograd(x.dtype, w.shape, stride, dilation) and winograd.wino_forward(
+    if _winograd(x.dtype, w.shape, stride, dilation, res.shape[2:]) and winograd.wino_forward(
         x, w, res, padding, scratch
     ):
         return
@@ -24,7 +28,7 @@ def conv_image_forward(x, w, res, stride, padding, dilation, scratch=None) -> No
 
 def conv_image_input(g, w, gx, stride, padding, dilation, scratch=None) -> None:
     """``gx`` (N, C, H, W, C-contiguous) <- the adjoint of conv in x applied to g."""
-    if _winograd(g.dtype, w.shape, stride, dilation) and winograd.wino_input(
+    if _winograd(g.dtype, w.shape, stride, dilation, gx.shape[2:]) and winograd.wino_input(
         g, w, gx, padding, scratch
     ):
         return
@@ -33,7 +37,7 @@ def conv_image_input(g, w, gx, stride, padding, dilation, scratch=None) -> None:
 
 def conv_image_weight(x, g, gw, stride, padding, dilation, scratch=None) -> None:
     """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv(x, w) for g."""
-    if _winograd(x.dtype, gw.shape, stride, dilation) and winograd.wino_weight(
+    if _winograd(x.dtype, gw.shape, stride, dilation, g.shape[2:]) and winograd.wino_weight(
         x, g, gw, padding, scratch
     ):
         return

@@ -58,6 +58,19 @@ def applies(x_dtype, w_shape, stride, dilation, groups: int) -> bool:
     )
 
 
+# the most transformed entries of one image (tiles x the larger channel count) taken here: a
+# chunk holds at least one image, and its buffers (16 entries a tile and channel, for the input
+# and the products, a thread each) grow with it; larger images keep the image-by-image kernels
+MAX_IMAGE_ENTRIES = 1 << 17  # 8 MiB of float32 a buffer a thread (64 channels at 90x90)
+
+
+def fits(out_shape, channels: int) -> bool:
+    """Whether an image with output ``out_shape`` (OH, OW) and the larger of its input and
+    output channel counts ``channels`` fits the chunks' buffers (``MAX_IMAGE_ENTRIES``)."""
+    tiles = -(-out_shape[0] // 2) * -(-out_shape[1] // 2)
+    return tiles * channels <= MAX_IMAGE_ENTRIES
+
+
 def chunking(n: int, tiles_per_image: int) -> tuple[int, int]:
     """(the most images in a chunk, chunks): about ``TILES`` tiles a chunk, an even count of
     chunks where there are two or more (two threads share them evenly), chunk k the images
