@@ -263,8 +263,10 @@ def _fuse_batch_norm_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> Non
 def _fuse_relu(relu: Eq, uses: _Uses, values: list, drop: set) -> None:
     """A ReLU fuses with what made its input: a bias add, or a BatchNorm."""
     maker = uses.maker.get(_var(relu.ins[0]))
-    rule = _fuse_batch_norm_relu if maker is not None and maker.prim.name in _WITH_RELU else None
-    (rule or _fuse_bias_relu)(relu, uses, values, drop)
+    if maker is not None and maker.prim.name in _WITH_RELU:
+        _fuse_batch_norm_relu(relu, uses, values, drop)
+    else:
+        _fuse_bias_relu(relu, uses, values, drop)
 
 
 FUSIONS: list[tuple[str, Callable]] = [

@@ -7,7 +7,7 @@ rstd are kept for the backward pass (and its biased variance written out, the ru
 statistics' input). Backward, with ``xhat = (x - mean) * rstd``:
 ``gb = sum(g)``, ``gw = sum(g * xhat)``, ``gx = rstd * w * (g - gb / n - xhat * gw / n)``.
 Sums accumulate in float64, position by position over the N rows into a row of S, which is
-then summed in order (vectorised maps, about twice as fast as a running sum), so the results
+then summed in a fixed order (vectorised maps, about twice as fast as a running sum), so the results
 do not depend on anything but the input (channels are split over numba's threads from
 ``PARALLEL_MIN_SIZE`` elements, each channel computed whole by one thread); the composed form
 takes about nine passes each way and allocates a temporary per step.
@@ -60,20 +60,15 @@ except ImportError:  # pragma: no cover
 if numba is not None:
     from ..jit import cached_jit
     from .loops import thread_loops, threaded
+    from .norm import _row_sum
+    from .special import relu_value
 
     _opts = dict(boundscheck=False, nogil=True, error_model="numpy")
 
     # The sums over a channel's N * S values accumulate position by position over the N rows
     # into a float64 row (a map over the row, which LLVM vectorises; a running scalar sum is a
-    # chain of dependent additions, about one value a cycle), then the row is summed in order:
-    # a fixed order that depends on the shape alone.
-    @cached_jit(inline="always", **_opts)
-    def _total(acc):  # pragma: no cover - compiled
-        s = 0.0
-        for j in range(acc.size):
-            s += acc[j]
-        return s
-
+    # chain of dependent additions, about one value a cycle), then the row is summed as
+    # LayerNorm's rows are (``norm._row_sum``): a fixed order that depends on the shape alone.
     @cached_jit(inline="always", **_opts)
     def _moments(x, c, acc):  # pragma: no cover - compiled
         """(mean, biased variance) of channel ``c`` of ``x`` (N, C, S), in float64; ``acc`` a
@@ -84,14 +79,14 @@ if numba is not None:
             xr = x[i, c]
             for j in range(xr.size):
                 acc[j] += xr[j]
-        m = _total(acc) / count
+        m = _row_sum(acc) / count
         acc[:] = 0.0
         for i in range(x.shape[0]):
             xr = x[i, c]
             for j in range(xr.size):
                 d = xr[j] - m
                 acc[j] += d * d
-        return m, _total(acc) / count
+        return m, _row_sum(acc) / count
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _stats_channel(t, x, mean, var, accs, c):  # pragma: no cover - compiled
@@ -107,10 +102,9 @@ if numba is not None:
             xr, yr = x[i, c], y[i, c]
             for j in range(xr.size):
                 yr[j] = xr[j] * scale + shift
-            if relu:  # ReLU's kernel on the rounded row: NaN kept, -0 to +0
+            if relu:  # ReLU's kernel on the rounded row
                 for j in range(yr.size):
-                    u = yr[j]
-                    yr[j] = u if (u > 0 or u != u) else 0
+                    yr[j] = relu_value(yr[j])
         mean[c], rstd[c], var[c] = m, rs, v
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
@@ -131,7 +125,7 @@ if numba is not None:
                 g0 = np.float64(gr[j]) if not masked or mr[j] > 0 else 0.0
                 ab[j] += g0
                 aw[j] += g0 * ((xr[j] - m) * rs)
-        sb, sw = _total(ab), _total(aw)
+        sb, sw = _row_sum(ab), _row_sum(aw)
         # gx = rs * w * (g - sb / n - xhat * sw / n), as a * g + (b * x + d)
         scale = rs * w[c]
         a, b = scale, -scale * rs * (sw / count)

@@ -180,12 +180,17 @@ if numba is not None:
         for i in range(out.size):
             out[i] = x[i] + y[i]
 
+    @cached_jit(inline="always", error_model="numpy")
+    def relu_value(v):  # pragma: no cover - compiled
+        """ReLU's arithmetic, the one definition (BatchNorm's fused ReLU calls it too): NaN
+        kept, -0 to +0."""
+        return v if (v > 0 or v != v) else 0
+
     @_jit
     def _relu_range(x, out, lo, hi):  # pragma: no cover - compiled
         x, out = x[lo:hi], out[lo:hi]
         for i in range(out.size):
-            v = x[i]
-            out[i] = v if (v > 0 or v != v) else 0
+            out[i] = relu_value(x[i])
 
     @_jit
     def _relu_grad_range(g, x, out, lo, hi):  # pragma: no cover - compiled
@@ -202,8 +207,7 @@ if numba is not None:
     def _relu_into(out, lo, hi):  # pragma: no cover - compiled
         out = out[lo:hi]
         for i in range(out.size):
-            v = out[i]
-            out[i] = v if (v > 0 or v != v) else 0
+            out[i] = relu_value(out[i])
 
     @_jit
     def _relu_grad_into(x, out, lo, hi):  # pragma: no cover - compiled
@@ -249,11 +253,10 @@ if numba is not None:
         flat = [a.reshape(-1) for a in arrays]
         n = flat[-1].size
         serial, parallel = _SERIAL, _PARALLEL
-        if name in _SERIAL_INTO:  # (one shape and dtype: the same address is the same array)
-            out = flat[-1].ctypes.data
-            if name == "add" and flat[1].ctypes.data == out:
+        if name in _SERIAL_INTO:  # the staged operand is the output object itself
+            if name == "add" and arrays[1] is arrays[-1]:
                 flat = [flat[0], flat[2]]  # x + out: addition commutes
-            elif flat[0].ctypes.data == out:
+            elif arrays[0] is arrays[-1]:
                 flat = flat[1:]
             if len(flat) < len(arrays):
                 serial, parallel = _SERIAL_INTO, _PARALLEL_INTO
