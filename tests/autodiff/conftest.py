@@ -34,3 +34,27 @@ def leftover_workspace():
 
     scratch.kept, scratch.refill = kept, refill
     return scratch
+
+
+@pytest.fixture
+def conv_layer_matches_torch():
+    """``check(x, w, b, padding)``: ``(conv2d(x, w, b) ** 2).sum()`` and its gradients through
+    tapegrad's autodiff (float32) against PyTorch's in float64."""
+    torch = pytest.importorskip("torch")
+    import tapegrad as tg
+    import tapegrad.nn.functional as F
+
+    def check(x, w, b, padding):
+        xt, wt, bt = (tg.tensor(a, requires_grad=True) for a in (x, w, b))
+        loss = (F.conv2d(xt, wt, bt, padding=padding) ** 2).sum()
+        loss.backward()
+        tx, tw, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+        tl = (torch.nn.functional.conv2d(tx, tw, tb, padding=padding) ** 2).sum()
+        tl.backward()
+        np.testing.assert_allclose(loss.item(), tl.item(), rtol=1e-5)
+        for ours, theirs in ((xt, tx), (wt, tw), (bt, tb)):
+            want = theirs.grad.numpy()
+            scale = np.abs(want).max()
+            np.testing.assert_allclose(np.asarray(ours.grad), want, rtol=0, atol=1e-5 * scale)
+
+    return check

@@ -103,6 +103,8 @@ except ImportError:  # pragma: no cover
 if numba is not None and _gemm.AVAILABLE:
     from ..jit import cached_jit
     from .columns import fill_padded as _fill_padded
+    from .columns import finite as _finite
+    from .columns import pitched as _pitched
     from .gemm import NO_TRANS, TRANS, gemm, one_blas_thread
     from .loops import thread_loops, threaded
 
@@ -111,21 +113,6 @@ if numba is not None and _gemm.AVAILABLE:
     # Indices into arrays below are views' own (start at 0) or provably non-negative: numba
     # wraps a possibly negative index, and that select per element keeps LLVM from
     # vectorising a copy (a 840-element row copy measured 7x slower).
-
-    @cached_jit(inline="always", **_opts)
-    def _finite(a):  # pragma: no cover - compiled
-        """Whether the contiguous 1-d float array a holds no inf or NaN, read from its bits (an
-        OR of integers vectorises; a float sum, kept in order, does not)."""
-        bad = 0
-        if a.itemsize == 4:
-            b32 = a.view(np.uint32)
-            for i in range(b32.size):
-                bad |= (b32[i] & 0x7F800000) == 0x7F800000
-        else:
-            b64 = a.view(np.uint64)
-            for i in range(b64.size):
-                bad |= (b64[i] & 0x7FF0000000000000) == 0x7FF0000000000000
-        return bad == 0
 
     @cached_jit(inline="always", **_opts)
     def _columns(
@@ -176,23 +163,6 @@ if numba is not None and _gemm.AVAILABLE:
         for i in range(oh_):
             for q in range(i * pitch + ow_, (i + 1) * pitch):
                 row[q] = 0
-
-    @cached_jit(inline="always", **_opts)
-    def _pitched(a, n, rows, pitch, into_rows):  # pragma: no cover - compiled
-        """rows (O, OH*pitch) <- image n of a (N, O, OH, OW), each output row at its pitch (the
-        entries past OW left as they are: zero), or (not ``into_rows``) the other way round
-        (those entries dropped)."""
-        oh_, ow_ = a.shape[2], a.shape[3]
-        for o in range(a.shape[1]):
-            for i in range(oh_):
-                image = a[n, o, i]
-                run = rows[o, i * pitch : i * pitch + ow_]
-                if into_rows:
-                    for j in range(ow_):
-                        run[j] = image[j]
-                else:
-                    for j in range(ow_):
-                        image[j] = run[j]
 
     @cached_jit(inline="always", **_opts)
     def _shift(t, kw_, dh, dw, wp):  # pragma: no cover - compiled

@@ -18,6 +18,8 @@ regions used to wait for a core its idle workers kept busy (~8 ms each on this 2
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...backend import xp_of
 
 # from how many column entries the channels are split over numba's threads
@@ -99,6 +101,38 @@ if numba is not None:
                 dst = xp[c, ph + i, pw : pw + ww]
                 for j in range(ww):
                     dst[j] = src[j]
+
+    @cached_jit(inline="always", **_opts)
+    def finite(a):  # pragma: no cover - compiled
+        """Whether the contiguous 1-d float array a holds no inf or NaN, read from its bits (an
+        OR of integers vectorises; a float sum, kept in order, does not)."""
+        bad = 0
+        if a.itemsize == 4:
+            b32 = a.view(np.uint32)
+            for i in range(b32.size):
+                bad |= (b32[i] & 0x7F800000) == 0x7F800000
+        else:
+            b64 = a.view(np.uint64)
+            for i in range(b64.size):
+                bad |= (b64[i] & 0x7FF0000000000000) == 0x7FF0000000000000
+        return bad == 0
+
+    @cached_jit(inline="always", **_opts)
+    def pitched(a, n, rows, pitch, into_rows):  # pragma: no cover - compiled
+        """rows (O, OH*pitch) <- image n of a (N, O, OH, OW), each output row at its pitch (the
+        entries past OW left as they are: zero), or (not ``into_rows``) the other way round
+        (those entries dropped)."""
+        oh_, ow_ = a.shape[2], a.shape[3]
+        for o in range(a.shape[1]):
+            for i in range(oh_):
+                image = a[n, o, i]
+                run = rows[o, i * pitch : i * pitch + ow_]
+                if into_rows:
+                    for j in range(ow_):
+                        run[j] = image[j]
+                else:
+                    for j in range(ow_):
+                        image[j] = run[j]
 
     @cached_jit(**_opts)  # called through split_loops: not inlined
     def _im2col_channel(x, cols, sh, sw, ph, pw, dh, dw, c):  # pragma: no cover - compiled

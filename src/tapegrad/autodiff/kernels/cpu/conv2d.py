@@ -1,13 +1,16 @@
 """Which compiled kernel serves a 2-d convolution the image-by-image layout takes
 (``primitives/conv_layout.by_image``): Winograd's F(2x2, 3x3) for the 3x3 stride-1 float32
 layers from 32 channels (``winograd.py``) whose images fit its chunks' buffers, where its
-operands are finite; the image-by-image products of ``by_image.py`` for every other one. Each
-function has ``by_image``'s signature.
+operands are finite; the register-blocked direct sums of ``direct.py`` for the other float32
+layers whose blocked channels come in sixteens, on a CPU with 512-bit vectors (the forward and
+the stride-1 input gradient where the rows they write are long enough to fill the blocks, the
+weight gradient at any stride); the image-by-image products of ``by_image.py`` for every other
+one. Each function has ``by_image``'s signature.
 """
 
 from __future__ import annotations
 
-from . import by_image, winograd
+from . import by_image, direct, winograd
 
 
 def _winograd(dtype, w_shape, stride, dilation, out_shape) -> bool:
@@ -19,26 +22,36 @@ def _winograd(dtype, w_shape, stride, dilation, out_shape) -> bool:
 
 def conv_image_forward(x, w, res, stride, padding, dilation, scratch=None) -> None:
     """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w)."""
-    if _winograd(x.dtype, w.shape, stride, dilation, res.shape[2:]) and winograd.wino_forward(
-        x, w, res, padding, scratch
+    if _winograd(x.dtype, w.shape, stride, dilation, res.shape[2:]):
+        if winograd.wino_forward(x, w, res, padding, scratch):
+            return
+    elif direct.applies(x.dtype, w.shape, 1, w.shape[0]) and direct.rows_pay(
+        res.shape[3], w.shape, stride
     ):
-        return
+        if direct.direct_forward(x, w, res, stride, padding, dilation, scratch):
+            return
     by_image.conv_image_forward(x, w, res, stride, padding, dilation, scratch)
 
 
 def conv_image_input(g, w, gx, stride, padding, dilation, scratch=None) -> None:
     """``gx`` (N, C, H, W, C-contiguous) <- the adjoint of conv in x applied to g."""
-    if _winograd(g.dtype, w.shape, stride, dilation, gx.shape[2:]) and winograd.wino_input(
-        g, w, gx, padding, scratch
+    if _winograd(g.dtype, w.shape, stride, dilation, gx.shape[2:]):
+        if winograd.wino_input(g, w, gx, padding, scratch):
+            return
+    elif direct.applies(g.dtype, w.shape, 1, w.shape[1]) and direct.rows_pay(
+        gx.shape[3], w.shape, (1, 1)
     ):
-        return
+        if direct.direct_input(g, w, gx, stride, padding, dilation, scratch):
+            return
     by_image.conv_image_input(g, w, gx, stride, padding, dilation, scratch)
 
 
 def conv_image_weight(x, g, gw, stride, padding, dilation, scratch=None) -> None:
     """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv(x, w) for g."""
-    if _winograd(x.dtype, gw.shape, stride, dilation, g.shape[2:]) and winograd.wino_weight(
-        x, g, gw, padding, scratch
-    ):
-        return
+    if _winograd(x.dtype, gw.shape, stride, dilation, g.shape[2:]):
+        if winograd.wino_weight(x, g, gw, padding, scratch):
+            return
+    elif direct.applies(x.dtype, gw.shape, 1, gw.shape[0]):
+        if direct.direct_weight(x, g, gw, stride, padding, dilation, scratch):
+            return
     by_image.conv_image_weight(x, g, gw, stride, padding, dilation, scratch)

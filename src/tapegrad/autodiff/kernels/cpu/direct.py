@@ -1,0 +1,433 @@
+"""Stride-1 float32 2-d convolutions as register-blocked direct sums (16 channels a block).
+
+With 16 channels a 3x3 convolution's products are short (K = 16 a tap, 144 in all): OpenBLAS
+runs them at about half its rate, and Winograd's transforms (``winograd.py``) cost more than
+they save. Here the innermost loops are written in LLVM's IR (numba intrinsics) so that their
+accumulators stay in vector registers, which numba's own loops do not give:
+
+* **Forward** (``direct_forward``): an image is copied once into a zero-padded buffer (C, HP,
+  WP); the window of tap j (an input channel and a kernel offset, in that order) at output
+  (i, s) is the buffer's entry ``offs[j] + i*WP + s``. A block is 16 output channels by 16
+  consecutive positions of an output row: 16 accumulators of 16 lanes, and each tap one
+  vector load of the positions' inputs and 16 fused multiply-adds with the channels' weights
+  broadcast from memory, at the FMA units' rate. The block at a row's end masks the lanes
+  past it (neither read nor written), so the blocks write the output in place.
+* **Input gradient** (``direct_input``): the forward of g with the kernel flipped and its
+  channels swapped, padded by (KH - 1) * dilation - padding.
+* **Weight gradient** (``direct_weight``): a block is 16 taps by 16 output channels,
+  ``acc[j] += x[offs[j] + q] * g[q, 0:16]`` over the image's positions q in order, g laid out
+  channels last (16 x 16 blocks turned in registers); each image adds onto its chunk's sums
+  (chunks fixed by the batch size, added in chunk order: the same bits on any thread count).
+
+Every product is one the definition has (no position past a row's end is computed), so an
+inf or NaN gives what the references give, except in the input gradient, where the flipped
+kernel meets the padding's zeros: that one returns False (``conv2d.py`` then runs
+``by_image.py``'s kernels) when the kernel is not finite.
+
+Where these take a call (``applies``): numba compiles for AVX-512 (with 256-bit vectors a
+block's accumulators would not fit the registers), float32, ungrouped, stride 1, the output
+channels (the input channels for the input gradient) a multiple of 16. Float64 keeps the
+image-by-image kernels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# lanes of a vector (float32 in a 512-bit register) and the channels of a block
+LANES = 16
+# from how many output positions (all images and blocks together) the images are split over
+# numba's threads
+PARALLEL_MIN_SIZE = 1 << 14
+# from how many outputs a row the forward's blocks pay (measured: 7 is slower than the
+# image-by-image products, 14 and 28 faster)
+MIN_WIDTH = 12
+# the weight gradient's images are summed in at most this many chunks (fixed per batch size)
+WEIGHT_CHUNKS = 16
+
+
+def applies(x_dtype, w_shape, groups: int, blocked: int) -> bool:
+    """Whether a convolution of this kind runs here: numba compiles for 512-bit vectors,
+    float32, ungrouped, ``blocked`` channels (the output's; the input's for the input
+    gradient, which also needs stride 1: ``direct_input`` says) a multiple of ``LANES``."""
+    return (
+        WIDE
+        and np.dtype(x_dtype) == np.float32
+        and groups == 1
+        and len(w_shape) == 4
+        and blocked % LANES == 0
+    )
+
+
+def rows_pay(width: int, w_shape, stride) -> bool:
+    """Whether the forward's blocks (16 positions of an output row) pay for an output of this
+    ``width``: rows of at least ``MIN_WIDTH`` (a row's last block leaves its lanes past the end
+    idle: a row of 7 fills 7 of 16), and a kernel larger than 1x1 where strided (a strided 1x1
+    layer reads a fraction of the padded copy made of each image)."""
+    return width >= MIN_WIDTH and (tuple(stride) == (1, 1) or tuple(w_shape[2:]) != (1, 1))
+
+
+try:
+    import numba
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+except ImportError:  # pragma: no cover
+    numba = None
+
+AVAILABLE = numba is not None
+
+
+def _wide_vectors() -> bool:
+    """Whether numba compiles for a CPU with AVX-512 (16 float32 lanes a register): elsewhere
+    a block's 16 accumulators take two registers each, more than there are, and spill."""
+    if not AVAILABLE:
+        return False
+    if numba.config.CPU_FEATURES is not None:
+        return "+avx512f" in numba.config.CPU_FEATURES
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False
+    from llvmlite import binding
+
+    return bool(binding.get_host_cpu_features().get("avx512f", False))
+
+
+WIDE = _wide_vectors()
+
+if AVAILABLE:
+    from ..jit import cached_jit
+    from .columns import fill_padded
+    from .loops import thread_loops, threaded
+
+    _opts = dict(boundscheck=False, nogil=True)
+
+    _F32 = ir.FloatType()
+    _VEC = ir.VectorType(_F32, LANES)
+    _I32 = ir.IntType(32)
+    _MASK = ir.VectorType(ir.IntType(1), LANES)
+    _ZERO = ir.Constant(_VEC, [0.0] * LANES)
+
+    def _data(context, builder, aty, value):
+        """The data pointer of the array ``value`` of numba type ``aty``."""
+        return cgutils.create_struct_proxy(aty)(context, builder, value=value).data
+
+    def _fma(builder, a, b, c):
+        fnty = ir.FunctionType(_VEC, [_VEC, _VEC, _VEC])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.v16f32")
+        return builder.call(fn, [a, b, c])
+
+    def _splat(builder, value):
+        """A vector of ``LANES`` copies of the scalar ``value``."""
+        one = builder.insert_element(
+            ir.Constant(ir.VectorType(value.type, LANES), ir.Undefined), value, _I32(0)
+        )
+        return builder.shuffle_vector(
+            one,
+            ir.Constant(one.type, ir.Undefined),
+            ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES),
+        )
+
+    def _vector_at(builder, base, index):
+        return builder.bitcast(builder.gep(base, [index]), _VEC.as_pointer())
+
+    def _first(builder, count):
+        """The mask of the lanes below ``count`` (an int64)."""
+        lanes = ir.Constant(ir.VectorType(count.type, LANES), list(range(LANES)))
+        return builder.icmp_signed("<", lanes, _splat(builder, count))
+
+    def _masked_load(builder, ptr, mask):
+        """The lanes of mask from ``ptr``, zero elsewhere (their memory not read)."""
+        fnty = ir.FunctionType(_VEC, [_VEC.as_pointer(), _I32, _MASK, _VEC])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.load.v16f32.p0")
+        return builder.call(fn, [ptr, _I32(4), mask, _ZERO])
+
+    def _masked_store(builder, value, ptr, mask):
+        fnty = ir.FunctionType(ir.VoidType(), [_VEC, _VEC.as_pointer(), _I32, _MASK])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.store.v16f32.p0")
+        builder.call(fn, [value, ptr, _I32(4), mask])
+
+    def _float32_c(*arrays) -> bool:
+        return all(
+            isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C"
+            for a in arrays
+        )
+
+    @intrinsic
+    def _forward_block(typingctx, x, start, offs, w, out, at, pitch, count):
+        """``out[at + o*pitch + i] = sum_j w[j*16 + o] * x[offs[j] + start + i]`` for o, i < 16
+        (i < count: the rest neither read nor written); offs (J,) int64, w (J*16,) float32."""
+        if not (_float32_c(x, w, out) and isinstance(offs, types.Array)):
+            return None
+        sig = types.void(x, start, offs, w, out, at, pitch, count)
+
+        def codegen(context, builder, sig, args):
+            xa, start, oa, wa, ra, at, pitch, count = args
+            xd, od, wd, rd = (
+                _data(context, builder, t, v)
+                for t, v in zip(
+                    (sig.args[0], sig.args[2], sig.args[3], sig.args[4]), (xa, oa, wa, ra)
+                )
+            )
+            taps = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=oa).nitems
+            mask = _first(builder, count)
+            accs = [cgutils.alloca_once_value(builder, _ZERO) for _ in range(LANES)]
+            with cgutils.for_range(builder, taps) as loop:
+                j = loop.index
+                off = builder.add(builder.load(builder.gep(od, [j])), start)
+                xv = _masked_load(builder, _vector_at(builder, xd, off), mask)
+                row = builder.gep(wd, [builder.mul(j, ir.Constant(j.type, LANES))])
+                for o, acc in enumerate(accs):
+                    wv = _splat(builder, builder.load(builder.gep(row, [ir.Constant(j.type, o)])))
+                    builder.store(_fma(builder, wv, xv, builder.load(acc)), acc)
+            for o, acc in enumerate(accs):
+                where = builder.add(at, builder.mul(ir.Constant(pitch.type, o), pitch))
+                _masked_store(builder, builder.load(acc), _vector_at(builder, rd, where), mask)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def _weight_block(typingctx, x, offs, first, gt, channels, o0, rows, width, pitch, out, add):
+        """``out[(first + jj)*channels + o0 + o]`` (+)= the sum of ``x[offs[first + jj] +
+        i*pitch + j] * gt[(i*width + j)*channels + o0 + o]`` over i < rows, j < width in that
+        order, for jj, o < 16; ``add``: onto what out holds."""
+        if not (_float32_c(x, gt, out) and isinstance(offs, types.Array)):
+            return None
+        sig = types.void(x, offs, first, gt, channels, o0, rows, width, pitch, out, add)
+
+        def codegen(context, builder, sig, args):
+            xa, oa, first, ga, channels, o0, rows, width, pitch, ra, add = args
+            xd, od, gd, rd = (
+                _data(context, builder, t, v)
+                for t, v in zip(
+                    (sig.args[0], sig.args[1], sig.args[3], sig.args[9]), (xa, oa, ga, ra)
+                )
+            )
+            i64 = first.type
+            keep = builder.icmp_signed("!=", add, ir.Constant(add.type, 0))
+            slots, accs, bases = [], [], []
+            for jj in range(LANES):
+                j = builder.add(first, i64(jj))
+                bases.append(builder.gep(xd, [builder.load(builder.gep(od, [j]))]))
+                slot = _vector_at(builder, rd, builder.add(builder.mul(j, channels), o0))
+                slots.append(slot)
+                before = builder.load(slot, align=4)
+                accs.append(cgutils.alloca_once_value(builder, builder.select(keep, before, _ZERO)))
+            with cgutils.for_range(builder, rows) as row:
+                start = builder.mul(row.index, pitch)
+                dense = builder.mul(row.index, width)
+                with cgutils.for_range(builder, width) as col:
+                    q = builder.add(start, col.index)
+                    gat = builder.add(builder.mul(builder.add(dense, col.index), channels), o0)
+                    gv = builder.load(_vector_at(builder, gd, gat), align=4)
+                    for base, acc in zip(bases, accs):
+                        xv = _splat(builder, builder.load(builder.gep(base, [q])))
+                        builder.store(_fma(builder, xv, gv, builder.load(acc)), acc)
+            for slot, acc in zip(slots, accs):
+                builder.store(builder.load(acc), slot, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def _transposed(typingctx, g, at, plane, count, gt, to, pitch):
+        """``gt[to + r*pitch + c] = g[at + c*plane + r]`` for c, r < 16: a 16 x 16 block of
+        channels by positions turned positions by channels (entries r >= count: zero, their
+        g entries not read)."""
+        if not _float32_c(g, gt):
+            return None
+        sig = types.void(g, at, plane, count, gt, to, pitch)
+
+        def codegen(context, builder, sig, args):
+            ga, at, plane, count, ta, to, pitch = args
+            gd = _data(context, builder, sig.args[0], ga)
+            td = _data(context, builder, sig.args[4], ta)
+            i64 = at.type
+            mask = _first(builder, count)
+            rows = []
+            for c in range(LANES):
+                where = builder.add(at, builder.mul(i64(c), plane))
+                rows.append(_masked_load(builder, _vector_at(builder, gd, where), mask))
+            b = 1
+            while b < LANES:  # swap the off-diagonal b x b blocks of every 2b x 2b block
+                for r in range(LANES):
+                    if r & b:
+                        continue
+                    p = r + b
+                    low = [c if not c & b else LANES + c - b for c in range(LANES)]
+                    high = [c + b if not c & b else LANES + c for c in range(LANES)]
+                    a, e = rows[r], rows[p]
+                    rows[r] = builder.shuffle_vector(
+                        a, e, ir.Constant(ir.VectorType(_I32, LANES), low)
+                    )
+                    rows[p] = builder.shuffle_vector(
+                        a, e, ir.Constant(ir.VectorType(_I32, LANES), high)
+                    )
+                b *= 2
+            for r, v in enumerate(rows):
+                where = builder.add(to, builder.mul(i64(r), pitch))
+                builder.store(v, _vector_at(builder, td, where), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @cached_jit(inline="always", **_opts)
+    def _fill(x, n, xp, ph, pw):  # pragma: no cover - compiled
+        """xp (C, HP, SW, PW), whose border stays zero, <- image n of x at offset (ph, pw) of
+        the padded image, its columns split by their phase: padded column m*SW + r at [r, m]
+        (what falls past the buffer no window reads)."""
+        c_, rows, sw, width = xp.shape
+        if sw == 1:
+            fill_padded(x, n, xp.reshape(c_, rows, width), ph, pw, rows)
+            return
+        hh = min(x.shape[2], rows - ph)
+        ww = min(x.shape[3], sw * width - pw)
+        step = np.uint64(sw)
+        for r in range(sw):
+            first = (r - pw) % sw  # the first source column of phase r
+            at = np.uint64((first + pw) // sw)  # where it goes in the phase's row
+            count = np.uint64(max(0, -(-(ww - first) // sw)))
+            start = np.uint64(first)
+            for c in range(c_):
+                for i in range(hh):
+                    src, dst = x[n, c, i], xp[c, ph + i, r]
+                    # unsigned indices: no negative-index select an element
+                    for k in range(count):
+                        dst[at + k] = src[start + k * step]
+
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _forward_image(t, x, wpk, offs, res, xps, sh, ph, pw, n):  # pragma: no cover
+        """Image n: xps[t] <- its padded columns by phase; res[n] <- the blocks, row by row."""
+        xp = xps[t]
+        _fill(x, n, xp, ph, pw)
+        flat, out = xp.ravel(), res[n].ravel()
+        oh_, ow_ = res.shape[2], res.shape[3]
+        step = sh * xp.shape[2] * xp.shape[3]  # an output row's input rows apart
+        plane = oh_ * ow_
+        for ob in range(wpk.shape[0]):
+            w = wpk[ob].ravel()
+            at = ob * LANES * plane
+            for i in range(oh_):
+                for s in range(0, ow_, LANES):
+                    count = min(LANES, ow_ - s)
+                    _forward_block(flat, i * step + s, offs, w, out, at + i * ow_ + s, plane, count)
+
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _weight_chunk(t, x, g, parts, offs, xps, gts, size, sh, ph, pw, k):  # pragma: no cover
+        """parts[k] (J, O) <- the sum over chunk k's images of their weight gradients."""
+        xp, gt = xps[t], gts[t]
+        o, oh_, ow_ = g.shape[1], g.shape[2], g.shape[3]
+        step = sh * xp.shape[2] * xp.shape[3]
+        plane = oh_ * ow_
+        flat, gflat, out = xp.ravel(), gt.ravel(), parts[k].ravel()
+        first = k * size
+        for n in range(first, min(x.shape[0], first + size)):
+            _fill(x, n, xp, ph, pw)
+            image = g[n].ravel()
+            for ob in range(0, o, LANES):  # gt (OH*OW + 16, O) <- g[n] channels last
+                for q in range(0, plane, LANES):
+                    count = min(LANES, plane - q)
+                    _transposed(image, ob * plane + q, plane, count, gflat, q * o + ob, o)
+            for ob in range(0, o, LANES):
+                for jb in range(0, offs.size, LANES):
+                    _weight_block(flat, offs, jb, gflat, o, ob, oh_, ow_, step, out, n != first)
+
+    _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
+    _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)
+
+    def _buffer(scratch, key, shape, dtype=np.float32, zero=False):
+        a = np.empty(shape, dtype) if scratch is None else scratch(key, shape, dtype)
+        if zero:
+            a.fill(0)  # read as zeros (a workspace may hold another value's bytes)
+        return a
+
+    def _padded(c, ksize, out_shape, stride, dilation):
+        """(C, HP, SW, PW): the rows and columns the windows read, the columns by phase."""
+        (kh, kw), (oh, ow), (sh, sw), (dh, dw) = ksize, out_shape, stride, dilation
+        columns = (ow - 1) * sw + (kw - 1) * dw + 1
+        return (c, (oh - 1) * sh + (kh - 1) * dh + 1, sw, -(-columns // sw))
+
+    def _offsets(c, ksize, padded, dilation, taps_padded_to=1):
+        """offs[j] for taps j = (channel, kernel row, kernel column) in that order: where the
+        window of output (0, 0) starts in the buffer (repeats of the first up to a multiple of
+        ``taps_padded_to``)."""
+        (kh, kw), (dh, dw) = ksize, dilation
+        _, rows, sw, width = padded
+        ci, a, b = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+        col = b * dw
+        offs = ci * rows * sw * width + a * dh * sw * width + (col % sw) * width + col // sw
+        offs = offs.ravel().astype(np.int64)
+        extra = -offs.size % taps_padded_to
+        return np.concatenate([offs, np.zeros(extra, np.int64)]) if extra else offs
+
+    def _threads(tasks: int, entries: int) -> int:
+        count = numba.get_num_threads()
+        return count if threaded(tasks, entries, PARALLEL_MIN_SIZE) else 1
+
+    def _run_forward(x, wpk, res, ksize, stride, padding, dilation, scratch, key) -> None:
+        n, c = x.shape[:2]
+        o = wpk.shape[0] * LANES
+        padded = _padded(c, ksize, res.shape[2:], stride, dilation)
+        offs = _offsets(c, ksize, padded, dilation)
+        threads = _threads(n, n * o * res[0, 0].size)
+        xps = _buffer(scratch, key, (threads, *padded), zero=True)
+        run = _forward_parallel if threads > 1 else _forward
+        run(n, np.ascontiguousarray(x), wpk, offs, res, xps, stride[0], *padding)
+
+    def _packed(w, scratch, key):
+        """w (O, C, KH, KW) as (O/16, C*KH*KW, 16): a block's weights of a tap contiguous."""
+        o = w.shape[0]
+        shape = (o // LANES, math.prod(w.shape[1:]), LANES)
+        wpk = _buffer(scratch, key, shape)
+        np.copyto(wpk, w.reshape(o // LANES, LANES, -1).transpose(0, 2, 1))
+        return wpk
+
+    def direct_forward(x, w, res, stride, padding, dilation, scratch=None) -> bool:
+        """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w); False (``res`` untouched) where
+        O is not a multiple of ``LANES``."""
+        if w.shape[0] % LANES:
+            return False
+        wpk = _packed(w, scratch, "direct_w")
+        _run_forward(x, wpk, res, w.shape[2:], stride, padding, dilation, scratch, "direct_xp")
+        return True
+
+    def direct_input(g, w, gx, stride, padding, dilation, scratch=None) -> bool:
+        """``gx`` (N, C, H, W, C-contiguous) <- the adjoint of conv in x applied to g (stride
+        1); False (``gx`` untouched) where C is not a multiple of ``LANES``, w holds an inf or
+        NaN, or the padding exceeds the kernel's reach."""
+        (kh, kw), (dh, dw) = w.shape[2:], dilation
+        flipped = ((kh - 1) * dh - padding[0], (kw - 1) * dw - padding[1])
+        if tuple(stride) != (1, 1) or w.shape[1] % LANES or min(flipped) < 0:
+            return False
+        if not np.isfinite(w).all():
+            return False
+        wpk = _packed(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), scratch, "direct_wf")
+        _run_forward(g, wpk, gx, w.shape[2:], stride, flipped, dilation, scratch, "direct_gp")
+        return True
+
+    def direct_weight(x, g, gw, stride, padding, dilation, scratch=None) -> bool:
+        """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv(x, w) for g;
+        False (``gw`` untouched) where O is not a multiple of ``LANES``."""
+        if gw.shape[0] % LANES:
+            return False
+        n, c = x.shape[:2]
+        o = g.shape[1]
+        padded = _padded(c, gw.shape[2:], g.shape[2:], stride, dilation)
+        offs = _offsets(c, gw.shape[2:], padded, dilation, LANES)
+        size = -(-n // WEIGHT_CHUNKS)  # images per chunk: fixed per batch size
+        chunks = -(-n // size)
+        threads = _threads(chunks, n * g[0].size)
+        xps = _buffer(scratch, "direct_xp", (threads, *padded), zero=True)
+        gts = _buffer(scratch, "direct_gt", (threads, g[0, 0].size + LANES, o))
+        parts = _buffer(scratch, "direct_parts", (chunks, offs.size, o))
+        x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
+        run = _weight_parallel if threads > 1 else _weight
+        run(chunks, x, g, parts, offs, xps, gts, size, stride[0], *padding)
+        total = parts[0]
+        for k in range(1, chunks):  # chunk order: the same bits on any thread count
+            np.add(total, parts[k], out=total)
+        taps = math.prod(gw.shape[1:])
+        np.copyto(gw.reshape(o, taps), total[:taps].T)
+        return True

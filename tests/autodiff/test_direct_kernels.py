@@ -1,0 +1,242 @@
+"""The register-blocked direct convolution kernels (``kernels/cpu/direct.py``) against the
+float64 references, over the geometries they take (strides 1 to 3, padding 0 to 2 and
+asymmetric, dilation, 1x1 to 5x5 kernels, row lengths that end mid-block, channel counts of
+16 to 48, batches that split unevenly into chunks); serial and parallel runs give the same
+bits; a plan's workspace holding other bytes changes nothing; an inf or NaN gives the
+references' result (or, in the input gradient's kernel, hands the call to the image-by-image
+kernels); the rule; and a layer through autodiff against float64 and PyTorch, compiled and
+eager alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapegrad.autodiff.kernels.cpu import by_image, conv2d, direct
+
+pytestmark = pytest.mark.skipif(not direct.AVAILABLE, reason="numba is not installed")
+
+# (N, C, O, H, W, kernel, stride, padding (top, left), dilation, output size)
+GEOMETRIES = [
+    (5, 16, 16, 28, 28, (3, 3), (1, 1), (1, 1), (1, 1), (28, 28)),  # the ResNet's, two blocks a row
+    (3, 16, 32, 9, 7, (3, 3), (1, 1), (0, 0), (1, 1), (7, 5)),  # "valid", short rows
+    (4, 32, 16, 6, 6, (3, 3), (1, 1), (2, 2), (1, 1), (8, 8)),  # "full": the adjoint's padding 0
+    (9, 16, 16, 13, 7, (3, 3), (1, 1), (1, 0), (1, 1), (13, 5)),  # asymmetric
+    (3, 24, 16, 11, 12, (5, 3), (1, 1), (2, 1), (1, 1), (11, 12)),  # 5x3, 24 input channels
+    (2, 16, 16, 12, 12, (3, 3), (1, 1), (2, 2), (2, 2), (12, 12)),  # dilated
+    (37, 16, 16, 4, 4, (1, 1), (1, 1), (0, 0), (1, 1), (4, 4)),  # 1x1, many small images
+    (5, 16, 32, 28, 28, (3, 3), (2, 2), (1, 1), (1, 1), (14, 14)),  # the ResNet's downsampling
+    (4, 32, 48, 14, 14, (1, 1), (2, 2), (0, 0), (1, 1), (7, 7)),  # its projection shortcut
+    (3, 16, 16, 17, 19, (3, 3), (3, 2), (1, 2), (1, 1), (6, 11)),  # strides 3 and 2, uneven
+    (2, 16, 16, 15, 15, (3, 3), (2, 2), (2, 2), (2, 2), (8, 8)),  # strided and dilated
+]
+
+
+def _case(geometry, seed=0):
+    n, c, o, h, w, kernel, *_, out = geometry
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, *kernel)).astype(np.float32)
+    g = rng.standard_normal((n, o, *out)).astype(np.float32)
+    return x, wt, g, geometry[6:9]
+
+
+def _run(x, w, g, geo, scratch=None):
+    res = np.full(g.shape, np.nan, x.dtype)
+    gx, gw = np.full(x.shape, np.nan, x.dtype), np.full(w.shape, np.nan, x.dtype)
+    assert direct.direct_forward(x, w, res, *geo, scratch)
+    if geo[0] == (1, 1) and w.shape[1] % direct.LANES == 0:
+        assert direct.direct_input(g, w, gx, *geo, scratch)
+    else:  # a strided input gradient, or input channels not in sixteens, are not theirs
+        assert not direct.direct_input(g, w, gx, *geo, scratch)
+        assert np.isnan(gx).all()
+        gx = None
+    assert direct.direct_weight(x, g, gw, *geo, scratch)
+    return res, gx, gw
+
+
+def _references(x, w, g, geo):
+    x, w, g = (a.astype(np.float64) for a in (x, w, g))
+    res, gx, gw = np.empty(g.shape), np.empty(x.shape), np.empty(w.shape)
+    by_image.conv_image_forward_reference(x, w, res, *geo)
+    by_image.conv_image_input_reference(g, w, gx, *geo)
+    by_image.conv_image_weight_reference(x, g, gw, *geo)
+    return res, gx, gw
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_kernels_match_the_float64_references(geometry):
+    x, w, g, geo = _case(geometry)
+    for got, want in zip(_run(x, w, g, geo), _references(x, w, g, geo)):
+        if got is None:
+            continue
+        # float32 sums of C*KH*KW (forward) or N*OH*OW (weight) terms
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=0, atol=3e-6 * scale)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_serial_and_parallel_runs_give_the_same_bits(geometry, threads, monkeypatch):
+    monkeypatch.setattr(direct, "PARALLEL_MIN_SIZE", 0)  # these small cases in parallel too
+    x, w, g, geo = _case(geometry, seed=1)
+    threads(1)
+    serial = _run(x, w, g, geo)
+    threads(2)
+    parallel = _run(x, w, g, geo)
+    for a, b in zip(serial, parallel):
+        assert (a is None and b is None) or a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("geometry", [GEOMETRIES[3], GEOMETRIES[9]])
+def test_a_workspace_holding_other_bytes_changes_nothing(geometry, leftover_workspace):
+    x, w, g, geo = _case(geometry, seed=2)
+    scratch = lambda key, shape, dtype=np.float32: leftover_workspace(key, shape, dtype)  # noqa: E731
+    fresh = _run(x, w, g, geo)
+    for _ in range(2):
+        leftover_workspace.refill(np.inf)
+        for a, b in zip(fresh, _run(x, w, g, geo, scratch)):
+            assert (a is None and b is None) or a.tobytes() == b.tobytes()
+    keys = {"direct_w", "direct_xp", "direct_gt", "direct_parts"}
+    if fresh[1] is not None:
+        keys |= {"direct_wf", "direct_gp"}
+    assert keys <= set(leftover_workspace.kept)
+
+
+@pytest.mark.parametrize("where", ["x", "w", "g"])
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+def test_an_inf_or_nan_gives_the_references_result(where, value):
+    # every product the kernels form is one of the definition's, so an inf or NaN spreads as
+    # it does in the image-by-image kernels; only the input gradient's flipped kernel meets
+    # the padding's zeros (inf * 0), so a kernel that is not finite leaves that call to them
+    x, w, g, geo = _case(GEOMETRIES[0], seed=3)
+    operands = {"x": x, "w": w, "g": g}
+    operands[where][1, 2, 1, 1] = value
+    operands[where][0, 3, 0, 0] = value  # at a border: the padding's neighbour
+    calls = [  # (the dispatcher, the image kernel, the direct kernel, operands, result shape)
+        (conv2d.conv_image_forward, by_image.conv_image_forward, direct.direct_forward, "xw"),
+        (conv2d.conv_image_input, by_image.conv_image_input, direct.direct_input, "gw"),
+        (conv2d.conv_image_weight, by_image.conv_image_weight, direct.direct_weight, "xg"),
+    ]
+    shapes = {"xw": g.shape, "gw": x.shape, "xg": w.shape}
+    with np.errstate(invalid="ignore"):
+        for chosen, image, kernel, names in calls:
+            args = [operands[k] for k in names]
+            got, want = np.empty(shapes[names], np.float32), np.empty(shapes[names], np.float32)
+            mine = np.full(shapes[names], -1.0, np.float32)
+            served = kernel(*args, mine, *geo)
+            assert served == (names != "gw" or where != "w")
+            chosen(*args, got, *geo)
+            image(*args, want, *geo)
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+            assert np.array_equal(np.isinf(got), np.isinf(want))
+            if served:
+                assert np.array_equal(np.isnan(mine), np.isnan(want))
+                assert np.array_equal(np.isinf(mine), np.isinf(want))
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The names of the direct kernels called that served their call, in order."""
+    calls = []
+    for name in ("direct_forward", "direct_input", "direct_weight"):
+        real = getattr(direct, name)
+
+        def spy(*args, real=real, name=name):
+            served = real(*args)
+            if served:
+                calls.append(name)
+            return served
+
+        monkeypatch.setattr(direct, name, spy)
+    return calls
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_the_dispatcher_takes_the_direct_kernels_where_they_apply(counted):
+    x, w, g, geo = _case(GEOMETRIES[0], seed=4)  # 16 channels, 3x3, stride 1
+    conv2d.conv_image_forward(x, w, np.empty(g.shape, np.float32), *geo)
+    conv2d.conv_image_input(g, w, np.empty_like(x), *geo)
+    conv2d.conv_image_weight(x, g, np.empty_like(w), *geo)
+    assert counted == ["direct_forward", "direct_input", "direct_weight"]
+    x, w, g, geo = _case(GEOMETRIES[7], seed=4)  # strided: the input gradient is by_image's
+    conv2d.conv_image_forward(x, w, np.empty(g.shape, np.float32), *geo)
+    conv2d.conv_image_input(g, w, np.empty_like(x), *geo)
+    conv2d.conv_image_weight(x, g, np.empty_like(w), *geo)
+    assert counted[3:] == ["direct_forward", "direct_weight"]
+    # float64, and 32 channels 3x3 at stride 1 (Winograd's), keep other kernels
+    conv2d.conv_image_forward(x.astype(np.float64), w.astype(np.float64), np.empty(g.shape), *geo)
+    x, w, g, geo = _case((2, 32, 32, 8, 8, (3, 3), (1, 1), (1, 1), (1, 1), (8, 8)), seed=5)
+    conv2d.conv_image_forward(x, w, np.empty(g.shape, np.float32), *geo)
+    assert len(counted) == 5
+
+
+def test_the_rule(monkeypatch):
+    monkeypatch.setattr(direct, "WIDE", True)
+    assert direct.applies(np.float32, (16, 16, 3, 3), 1, 16)
+    assert direct.applies(np.dtype("float32"), (48, 24, 5, 3), 1, 48)
+    assert not direct.applies(np.float64, (16, 16, 3, 3), 1, 16)  # float64: image by image
+    assert not direct.applies(np.float32, (24, 16, 3, 3), 1, 24)  # not in sixteens
+    assert not direct.applies(np.float32, (16, 16, 3, 3), 2, 16)  # grouped
+    monkeypatch.setattr(direct, "WIDE", False)  # no AVX-512: the accumulators would spill
+    assert not direct.applies(np.float32, (16, 16, 3, 3), 1, 16)
+    # the forward's blocks: rows long enough to fill them, no strided 1x1 layer
+    assert direct.rows_pay(28, (16, 16, 3, 3), (1, 1)) and direct.rows_pay(
+        14, (32, 16, 3, 3), (2, 2)
+    )
+    assert not direct.rows_pay(7, (64, 32, 3, 3), (2, 2))
+    assert direct.rows_pay(28, (16, 16, 1, 1), (1, 1))
+    assert not direct.rows_pay(14, (32, 16, 1, 1), (2, 2))
+    # the kernels refuse what they do not take, leaving the result untouched
+    x, w, g, geo = _case(GEOMETRIES[4])  # 24 input channels, 16 output channels
+    gx = np.full(x.shape, 7.0, np.float32)
+    assert not direct.direct_input(g, w, gx, *geo) and (gx == 7).all()
+    res, gw = np.full((3, 24, 11, 12), 7.0, np.float32), np.full((24, 24, 5, 3), 7.0, np.float32)
+    x24 = np.zeros((3, 24, 11, 12), np.float32)
+    w24 = np.zeros((24, 24, 5, 3), np.float32)
+    assert not direct.direct_forward(x24, w24, res, *geo) and (res == 7).all()
+    assert not direct.direct_weight(x24, res, gw, *geo) and (gw == 7).all()
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_a_layer_through_autodiff_matches_float64_and_torch(counted, conv_layer_matches_torch):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 16, 14, 13)).astype(np.float32)
+    w = (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    conv_layer_matches_torch(x, w, b, 1)
+    assert sorted(counted) == ["direct_forward", "direct_input", "direct_weight"]
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_a_compiled_residual_step_equals_eager_bit_for_bit(counted):
+    # a ResNet stage's shapes (16 channels, 3x3 "same", a stride-2 downsampling, BatchNorm,
+    # ReLU, a residual add): the plan replays the direct kernels the eager step calls
+    import tapegrad as tg
+    from tapegrad import nn
+
+    tg.manual_seed(0)
+    conv1, conv2 = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 32, 3, stride=2, padding=1)
+    bn1, head = nn.BatchNorm2d(16), nn.Linear(32, 3)
+    layers = [conv1, conv2, bn1, head]
+    params = [p for m in layers for p in m.parameters()]
+
+    def step(x):
+        for p in params:
+            p.grad = None
+        h = tg.relu(bn1(conv1(x)) + x)
+        loss = (head(tg.relu(conv2(h)).mean(axis=(2, 3))) ** 2).sum()
+        loss.backward()
+        return loss
+
+    f = tg.compile(step)
+    rng = np.random.default_rng(6)
+    for _ in range(3):
+        x = rng.standard_normal((3, 16, 14, 14)).astype(np.float32)
+        calls = len(counted)
+        eager_loss = step(x).data.copy()
+        eager = [p.grad.copy() for p in params]
+        compiled_loss = f(x).data
+        assert len(counted) > calls  # the direct kernels asked in both modes
+        assert compiled_loss.tobytes() == eager_loss.tobytes()
+        for p, g in zip(params, eager):
+            assert np.asarray(p.grad).tobytes() == np.asarray(g).tobytes()
