@@ -82,8 +82,8 @@ def _batch_norm(p, buffers, new, name, x, train, momentum=0.1, eps=1e-5):
         new[f"{name}.num_batches_tracked"] = buffers[f"{name}.num_batches_tracked"] + 1
     else:
         mean, var = buffers[f"{name}.running_mean"], buffers[f"{name}.running_var"]
-    scale = p[f"{name}.weight"] * lax.rsqrt(var + eps)
-    return x * scale[:, None, None] + (p[f"{name}.bias"] - mean * scale)[:, None, None]
+    mul = p[f"{name}.weight"] * lax.rsqrt(var + eps)  # as Flax's BatchNorm and the plain loop
+    return (x - mean[:, None, None]) * mul[:, None, None] + p[f"{name}.bias"][:, None, None]
 
 
 def resnet(p, buffers, x, train, key=None):

@@ -108,9 +108,9 @@ def batch_norm(p, state, name, x, train):
         m = x.size // x.shape[1]
         state[name + ".running_mean"] = 0.9 * state[name + ".running_mean"] + 0.1 * mean
         state[name + ".running_var"] = 0.9 * state[name + ".running_var"] + 0.1 * var * m / (m - 1)
-    shape = (1, -1, 1, 1)
-    x = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + 1e-5)
-    return x * p[name + ".weight"].reshape(shape) + p[name + ".bias"].reshape(shape)
+    shape = (1, -1, 1, 1)  # as Flax's BatchNorm: (x - mean) * (weight * rsqrt(var + eps)) + bias
+    mul = p[name + ".weight"] * lax.rsqrt(var + 1e-5)
+    return (x - mean.reshape(shape)) * mul.reshape(shape) + p[name + ".bias"].reshape(shape)
 
 
 def resnet(p, state, x, key=None):
