@@ -1,32 +1,34 @@
-"""Stride-1 float32 2-d convolutions as register-blocked direct sums (16 channels a block).
+"""Float32 2-d convolutions as register-blocked direct sums, 16 channels a block.
 
 With 16 channels a 3x3 convolution's products are short (K = 16 a tap, 144 in all): OpenBLAS
 runs them at about half its rate, and Winograd's transforms (``winograd.py``) cost more than
-they save. Here the innermost loops are written in LLVM's IR (numba intrinsics) so that their
-accumulators stay in vector registers, which numba's own loops do not give:
+they save. Here the inner loops are ``microkernels.py``'s, written in LLVM's IR so that their
+accumulators stay in vector registers (numba's own loops keep them in memory):
 
-* **Forward** (``direct_forward``): an image is copied once into a zero-padded buffer (C, HP,
-  WP); the window of tap j (an input channel and a kernel offset, in that order) at output
-  (i, s) is the buffer's entry ``offs[j] + i*WP + s``. A block is 16 output channels by 16
-  consecutive positions of an output row: 16 accumulators of 16 lanes, and each tap one
-  vector load of the positions' inputs and 16 fused multiply-adds with the channels' weights
-  broadcast from memory, at the FMA units' rate. The block at a row's end masks the lanes
-  past it (neither read nor written), so the blocks write the output in place.
-* **Input gradient** (``direct_input``): the forward of g with the kernel flipped and its
-  channels swapped, padded by (KH - 1) * dilation - padding.
-* **Weight gradient** (``direct_weight``): a block is 16 taps by 16 output channels,
-  ``acc[j] += x[offs[j] + q] * g[q, 0:16]`` over the image's positions q in order, g laid out
-  channels last (16 x 16 blocks turned in registers); each image adds onto its chunk's sums
-  (chunks fixed by the batch size, added in chunk order: the same bits on any thread count).
+* **Forward** (``direct_forward``): an image is copied once into a zero-padded buffer, its
+  columns split by their phase at stride SW (C, HP, SW, PW: column m*SW + r at [r, m], so a
+  strided row's windows are contiguous runs); the window of tap j (an input channel and a
+  kernel offset, in that order) at output (i, s) starts at the buffer's entry ``offs[j] +
+  i*SH*SW*PW + s``. A block is 16 output channels by 16 consecutive positions of an output
+  row: each tap one vector load of the positions' inputs and 16 fused multiply-adds with the
+  channels' weights broadcast from memory, at the FMA units' rate. A row's last block masks
+  its lanes past the end (neither read nor written), so the blocks write the output in place.
+* **Input gradient** (``direct_input``, stride 1): the forward of g with the kernel flipped and
+  its channels swapped, padded by (KH - 1) * dilation - padding.
+* **Weight gradient** (``direct_weight``): a block is 16 taps by 16 output channels, ``acc[j]
+  += x[offs[j] + i*SH*SW*PW + s] * g[i, s, 0:16]`` over the image's outputs in order, g laid
+  out channels last (16 x 16 blocks turned in registers); each image adds onto its chunk's
+  sums (chunks fixed by the batch size, added in chunk order: the same bits on any thread
+  count).
 
 Every product is one the definition has (no position past a row's end is computed), so an
 inf or NaN gives what the references give, except in the input gradient, where the flipped
 kernel meets the padding's zeros: that one returns False (``conv2d.py`` then runs
 ``by_image.py``'s kernels) when the kernel is not finite.
 
-Where these take a call (``applies``): numba compiles for AVX-512 (with 256-bit vectors a
-block's accumulators would not fit the registers), float32, ungrouped, stride 1, the output
-channels (the input channels for the input gradient) a multiple of 16. Float64 keeps the
+Where these take a call (``applies``, ``rows_pay``): numba compiles for AVX-512 (``WIDE``),
+float32, ungrouped, the output channels (the input channels for the input gradient) a multiple
+of 16, and for the forward rows long enough to fill the blocks. Float64 keeps the
 image-by-image kernels.
 """
 
@@ -36,8 +38,8 @@ import math
 
 import numpy as np
 
-# lanes of a vector (float32 in a 512-bit register) and the channels of a block
-LANES = 16
+from .microkernels import AVAILABLE, LANES, WIDE
+
 # from how many output positions (all images and blocks together) the images are split over
 # numba's threads
 PARALLEL_MIN_SIZE = 1 << 14
@@ -69,209 +71,15 @@ def rows_pay(width: int, w_shape, stride) -> bool:
     return width >= MIN_WIDTH and (tuple(stride) == (1, 1) or tuple(w_shape[2:]) != (1, 1))
 
 
-try:
-    import numba
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.extending import intrinsic
-except ImportError:  # pragma: no cover
-    numba = None
-
-AVAILABLE = numba is not None
-
-
-def _wide_vectors() -> bool:
-    """Whether numba compiles for a CPU with AVX-512 (16 float32 lanes a register): elsewhere
-    a block's 16 accumulators take two registers each, more than there are, and spill."""
-    if not AVAILABLE:
-        return False
-    if numba.config.CPU_FEATURES is not None:
-        return "+avx512f" in numba.config.CPU_FEATURES
-    if numba.config.CPU_NAME not in (None, "host"):
-        return False
-    from llvmlite import binding
-
-    return bool(binding.get_host_cpu_features().get("avx512f", False))
-
-
-WIDE = _wide_vectors()
-
 if AVAILABLE:
+    import numba
+
     from ..jit import cached_jit
     from .columns import fill_padded
     from .loops import thread_loops, threaded
+    from .microkernels import product_block, transposed, window_block
 
     _opts = dict(boundscheck=False, nogil=True)
-
-    _F32 = ir.FloatType()
-    _VEC = ir.VectorType(_F32, LANES)
-    _I32 = ir.IntType(32)
-    _MASK = ir.VectorType(ir.IntType(1), LANES)
-    _ZERO = ir.Constant(_VEC, [0.0] * LANES)
-
-    def _data(context, builder, aty, value):
-        """The data pointer of the array ``value`` of numba type ``aty``."""
-        return cgutils.create_struct_proxy(aty)(context, builder, value=value).data
-
-    def _fma(builder, a, b, c):
-        fnty = ir.FunctionType(_VEC, [_VEC, _VEC, _VEC])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.v16f32")
-        return builder.call(fn, [a, b, c])
-
-    def _splat(builder, value):
-        """A vector of ``LANES`` copies of the scalar ``value``."""
-        one = builder.insert_element(
-            ir.Constant(ir.VectorType(value.type, LANES), ir.Undefined), value, _I32(0)
-        )
-        return builder.shuffle_vector(
-            one,
-            ir.Constant(one.type, ir.Undefined),
-            ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES),
-        )
-
-    def _vector_at(builder, base, index):
-        return builder.bitcast(builder.gep(base, [index]), _VEC.as_pointer())
-
-    def _first(builder, count):
-        """The mask of the lanes below ``count`` (an int64)."""
-        lanes = ir.Constant(ir.VectorType(count.type, LANES), list(range(LANES)))
-        return builder.icmp_signed("<", lanes, _splat(builder, count))
-
-    def _masked_load(builder, ptr, mask):
-        """The lanes of mask from ``ptr``, zero elsewhere (their memory not read)."""
-        fnty = ir.FunctionType(_VEC, [_VEC.as_pointer(), _I32, _MASK, _VEC])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.load.v16f32.p0")
-        return builder.call(fn, [ptr, _I32(4), mask, _ZERO])
-
-    def _masked_store(builder, value, ptr, mask):
-        fnty = ir.FunctionType(ir.VoidType(), [_VEC, _VEC.as_pointer(), _I32, _MASK])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.store.v16f32.p0")
-        builder.call(fn, [value, ptr, _I32(4), mask])
-
-    def _float32_c(*arrays) -> bool:
-        return all(
-            isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C"
-            for a in arrays
-        )
-
-    @intrinsic
-    def _forward_block(typingctx, x, start, offs, w, out, at, pitch, count):
-        """``out[at + o*pitch + i] = sum_j w[j*16 + o] * x[offs[j] + start + i]`` for o, i < 16
-        (i < count: the rest neither read nor written); offs (J,) int64, w (J*16,) float32."""
-        if not (_float32_c(x, w, out) and isinstance(offs, types.Array)):
-            return None
-        sig = types.void(x, start, offs, w, out, at, pitch, count)
-
-        def codegen(context, builder, sig, args):
-            xa, start, oa, wa, ra, at, pitch, count = args
-            xd, od, wd, rd = (
-                _data(context, builder, t, v)
-                for t, v in zip(
-                    (sig.args[0], sig.args[2], sig.args[3], sig.args[4]), (xa, oa, wa, ra)
-                )
-            )
-            taps = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=oa).nitems
-            mask = _first(builder, count)
-            accs = [cgutils.alloca_once_value(builder, _ZERO) for _ in range(LANES)]
-            with cgutils.for_range(builder, taps) as loop:
-                j = loop.index
-                off = builder.add(builder.load(builder.gep(od, [j])), start)
-                xv = _masked_load(builder, _vector_at(builder, xd, off), mask)
-                row = builder.gep(wd, [builder.mul(j, ir.Constant(j.type, LANES))])
-                for o, acc in enumerate(accs):
-                    wv = _splat(builder, builder.load(builder.gep(row, [ir.Constant(j.type, o)])))
-                    builder.store(_fma(builder, wv, xv, builder.load(acc)), acc)
-            for o, acc in enumerate(accs):
-                where = builder.add(at, builder.mul(ir.Constant(pitch.type, o), pitch))
-                _masked_store(builder, builder.load(acc), _vector_at(builder, rd, where), mask)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def _weight_block(typingctx, x, offs, first, gt, channels, o0, rows, width, pitch, out, add):
-        """``out[(first + jj)*channels + o0 + o]`` (+)= the sum of ``x[offs[first + jj] +
-        i*pitch + j] * gt[(i*width + j)*channels + o0 + o]`` over i < rows, j < width in that
-        order, for jj, o < 16; ``add``: onto what out holds."""
-        if not (_float32_c(x, gt, out) and isinstance(offs, types.Array)):
-            return None
-        sig = types.void(x, offs, first, gt, channels, o0, rows, width, pitch, out, add)
-
-        def codegen(context, builder, sig, args):
-            xa, oa, first, ga, channels, o0, rows, width, pitch, ra, add = args
-            xd, od, gd, rd = (
-                _data(context, builder, t, v)
-                for t, v in zip(
-                    (sig.args[0], sig.args[1], sig.args[3], sig.args[9]), (xa, oa, ga, ra)
-                )
-            )
-            i64 = first.type
-            keep = builder.icmp_signed("!=", add, ir.Constant(add.type, 0))
-            slots, accs, bases = [], [], []
-            for jj in range(LANES):
-                j = builder.add(first, i64(jj))
-                bases.append(builder.gep(xd, [builder.load(builder.gep(od, [j]))]))
-                slot = _vector_at(builder, rd, builder.add(builder.mul(j, channels), o0))
-                slots.append(slot)
-                before = builder.load(slot, align=4)
-                accs.append(cgutils.alloca_once_value(builder, builder.select(keep, before, _ZERO)))
-            with cgutils.for_range(builder, rows) as row:
-                start = builder.mul(row.index, pitch)
-                dense = builder.mul(row.index, width)
-                with cgutils.for_range(builder, width) as col:
-                    q = builder.add(start, col.index)
-                    gat = builder.add(builder.mul(builder.add(dense, col.index), channels), o0)
-                    gv = builder.load(_vector_at(builder, gd, gat), align=4)
-                    for base, acc in zip(bases, accs):
-                        xv = _splat(builder, builder.load(builder.gep(base, [q])))
-                        builder.store(_fma(builder, xv, gv, builder.load(acc)), acc)
-            for slot, acc in zip(slots, accs):
-                builder.store(builder.load(acc), slot, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def _transposed(typingctx, g, at, plane, count, gt, to, pitch):
-        """``gt[to + r*pitch + c] = g[at + c*plane + r]`` for c, r < 16: a 16 x 16 block of
-        channels by positions turned positions by channels (entries r >= count: zero, their
-        g entries not read)."""
-        if not _float32_c(g, gt):
-            return None
-        sig = types.void(g, at, plane, count, gt, to, pitch)
-
-        def codegen(context, builder, sig, args):
-            ga, at, plane, count, ta, to, pitch = args
-            gd = _data(context, builder, sig.args[0], ga)
-            td = _data(context, builder, sig.args[4], ta)
-            i64 = at.type
-            mask = _first(builder, count)
-            rows = []
-            for c in range(LANES):
-                where = builder.add(at, builder.mul(i64(c), plane))
-                rows.append(_masked_load(builder, _vector_at(builder, gd, where), mask))
-            b = 1
-            while b < LANES:  # swap the off-diagonal b x b blocks of every 2b x 2b block
-                for r in range(LANES):
-                    if r & b:
-                        continue
-                    p = r + b
-                    low = [c if not c & b else LANES + c - b for c in range(LANES)]
-                    high = [c + b if not c & b else LANES + c for c in range(LANES)]
-                    a, e = rows[r], rows[p]
-                    rows[r] = builder.shuffle_vector(
-                        a, e, ir.Constant(ir.VectorType(_I32, LANES), low)
-                    )
-                    rows[p] = builder.shuffle_vector(
-                        a, e, ir.Constant(ir.VectorType(_I32, LANES), high)
-                    )
-                b *= 2
-            for r, v in enumerate(rows):
-                where = builder.add(to, builder.mul(i64(r), pitch))
-                builder.store(v, _vector_at(builder, td, where), align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
 
     @cached_jit(inline="always", **_opts)
     def _fill(x, n, xp, ph, pw):  # pragma: no cover - compiled
@@ -312,7 +120,7 @@ if AVAILABLE:
             for i in range(oh_):
                 for s in range(0, ow_, LANES):
                     count = min(LANES, ow_ - s)
-                    _forward_block(flat, i * step + s, offs, w, out, at + i * ow_ + s, plane, count)
+                    window_block(flat, i * step + s, offs, w, out, at + i * ow_ + s, plane, count)
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _weight_chunk(t, x, g, parts, offs, xps, gts, size, sh, ph, pw, k):  # pragma: no cover
@@ -329,10 +137,10 @@ if AVAILABLE:
             for ob in range(0, o, LANES):  # gt (OH*OW + 16, O) <- g[n] channels last
                 for q in range(0, plane, LANES):
                     count = min(LANES, plane - q)
-                    _transposed(image, ob * plane + q, plane, count, gflat, q * o + ob, o)
+                    transposed(image, ob * plane + q, plane, count, gflat, q * o + ob, o)
             for ob in range(0, o, LANES):
                 for jb in range(0, offs.size, LANES):
-                    _weight_block(flat, offs, jb, gflat, o, ob, oh_, ow_, step, out, n != first)
+                    product_block(flat, offs, jb, gflat, o, ob, oh_, ow_, step, out, n != first)
 
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
     _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)

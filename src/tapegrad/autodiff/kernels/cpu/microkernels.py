@@ -1,0 +1,223 @@
+"""Register-blocked inner loops written in LLVM's IR (numba intrinsics), for float32 kernels
+whose accumulators must stay in vector registers (numba's own loops keep them in memory):
+
+* ``window_block``: 16 output channels by 16 consecutive positions, summed over taps whose
+  windows start at ``offs`` (one vector load and 16 fused multiply-adds a tap, the channels'
+  weights broadcast from memory); the positions past ``count`` masked (neither read nor
+  written). The direct convolution's forward (``direct.py``).
+* ``product_block``: 16 rows by 16 columns of a product ``A @ B`` over a 2-level range of K
+  (rows of A start at ``offs``; B's rows are contiguous vectors), onto what the output holds
+  or from zero: the direct convolution's weight gradient. (Winograd's products, K = 32 or 64
+  over 128 tiles, ran no faster this way than in OpenBLAS, with the same bits: its kernel
+  sums K in order too.)
+* ``transposed``: a 16 x 16 block of a row-major array turned in registers (four rounds of
+  two-vector shuffles).
+
+Every call's arithmetic is fixed by its arguments (the same order of additions on any thread),
+so kernels built on them give the same bits serial and parallel. ``WIDE``: whether numba
+compiles for AVX-512, where a block's 16 accumulators fit the 32 vector registers; elsewhere
+they are split in two and spill, and the callers' rules keep their other kernels.
+"""
+
+from __future__ import annotations
+
+# lanes of a vector (float32 in a 512-bit register): the rows, columns and channels of a block
+LANES = 16
+
+try:
+    import numba
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+except ImportError:  # pragma: no cover
+    numba = None
+
+AVAILABLE = numba is not None
+
+
+def _wide_vectors() -> bool:
+    """Whether numba compiles for a CPU with AVX-512 (16 float32 lanes a register): elsewhere
+    a block's 16 accumulators take two registers each, more than there are, and spill."""
+    if not AVAILABLE:
+        return False
+    if numba.config.CPU_FEATURES is not None:
+        return "+avx512f" in numba.config.CPU_FEATURES
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False
+    from llvmlite import binding
+
+    return bool(binding.get_host_cpu_features().get("avx512f", False))
+
+
+WIDE = _wide_vectors()
+
+if AVAILABLE:
+    _F32 = ir.FloatType()
+    _VEC = ir.VectorType(_F32, LANES)
+    _I32 = ir.IntType(32)
+    _MASK = ir.VectorType(ir.IntType(1), LANES)
+    _ZERO = ir.Constant(_VEC, [0.0] * LANES)
+
+    def _data(context, builder, aty, value):
+        """The data pointer of the array ``value`` of numba type ``aty``."""
+        return cgutils.create_struct_proxy(aty)(context, builder, value=value).data
+
+    def _fma(builder, a, b, c):
+        fnty = ir.FunctionType(_VEC, [_VEC, _VEC, _VEC])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.v16f32")
+        return builder.call(fn, [a, b, c])
+
+    def _splat(builder, value):
+        """A vector of ``LANES`` copies of the scalar ``value``."""
+        one = builder.insert_element(
+            ir.Constant(ir.VectorType(value.type, LANES), ir.Undefined), value, _I32(0)
+        )
+        return builder.shuffle_vector(
+            one,
+            ir.Constant(one.type, ir.Undefined),
+            ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES),
+        )
+
+    def _vector_at(builder, base, index):
+        return builder.bitcast(builder.gep(base, [index]), _VEC.as_pointer())
+
+    def _first(builder, count):
+        """The mask of the lanes below ``count`` (an int64)."""
+        lanes = ir.Constant(ir.VectorType(count.type, LANES), list(range(LANES)))
+        return builder.icmp_signed("<", lanes, _splat(builder, count))
+
+    def _masked_load(builder, ptr, mask):
+        """The lanes of mask from ``ptr``, zero elsewhere (their memory not read)."""
+        fnty = ir.FunctionType(_VEC, [_VEC.as_pointer(), _I32, _MASK, _VEC])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.load.v16f32.p0")
+        return builder.call(fn, [ptr, _I32(4), mask, _ZERO])
+
+    def _masked_store(builder, value, ptr, mask):
+        fnty = ir.FunctionType(ir.VoidType(), [_VEC, _VEC.as_pointer(), _I32, _MASK])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.store.v16f32.p0")
+        builder.call(fn, [value, ptr, _I32(4), mask])
+
+    def _float32_c(*arrays) -> bool:
+        return all(
+            isinstance(a, types.Array) and a.dtype == types.float32 and a.layout == "C"
+            for a in arrays
+        )
+
+    @intrinsic
+    def window_block(typingctx, x, start, offs, w, out, at, pitch, count):
+        """``out[at + o*pitch + i] = sum_j w[j*16 + o] * x[offs[j] + start + i]`` for o, i < 16
+        (i < count: the rest neither read nor written); offs (J,) int64, w (J*16,) float32."""
+        if not (_float32_c(x, w, out) and isinstance(offs, types.Array)):
+            return None
+        sig = types.void(x, start, offs, w, out, at, pitch, count)
+
+        def codegen(context, builder, sig, args):
+            xa, start, oa, wa, ra, at, pitch, count = args
+            xd, od, wd, rd = (
+                _data(context, builder, t, v)
+                for t, v in zip(
+                    (sig.args[0], sig.args[2], sig.args[3], sig.args[4]), (xa, oa, wa, ra)
+                )
+            )
+            taps = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=oa).nitems
+            mask = _first(builder, count)
+            accs = [cgutils.alloca_once_value(builder, _ZERO) for _ in range(LANES)]
+            with cgutils.for_range(builder, taps) as loop:
+                j = loop.index
+                off = builder.add(builder.load(builder.gep(od, [j])), start)
+                xv = _masked_load(builder, _vector_at(builder, xd, off), mask)
+                row = builder.gep(wd, [builder.mul(j, ir.Constant(j.type, LANES))])
+                for o, acc in enumerate(accs):
+                    wv = _splat(builder, builder.load(builder.gep(row, [ir.Constant(j.type, o)])))
+                    builder.store(_fma(builder, wv, xv, builder.load(acc)), acc)
+            for o, acc in enumerate(accs):
+                where = builder.add(at, builder.mul(ir.Constant(pitch.type, o), pitch))
+                _masked_store(builder, builder.load(acc), _vector_at(builder, rd, where), mask)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def product_block(typingctx, x, offs, first, gt, channels, o0, rows, width, pitch, out, add):
+        """``out[(first + jj)*channels + o0 + o]`` (+)= the sum of ``x[offs[first + jj] +
+        i*pitch + j] * gt[(i*width + j)*channels + o0 + o]`` over i < rows, j < width in that
+        order, for jj, o < 16; ``add``: onto what out holds."""
+        if not (_float32_c(x, gt, out) and isinstance(offs, types.Array)):
+            return None
+        sig = types.void(x, offs, first, gt, channels, o0, rows, width, pitch, out, add)
+
+        def codegen(context, builder, sig, args):
+            xa, oa, first, ga, channels, o0, rows, width, pitch, ra, add = args
+            xd, od, gd, rd = (
+                _data(context, builder, t, v)
+                for t, v in zip(
+                    (sig.args[0], sig.args[1], sig.args[3], sig.args[9]), (xa, oa, ga, ra)
+                )
+            )
+            i64 = first.type
+            keep = builder.icmp_signed("!=", add, ir.Constant(add.type, 0))
+            slots, accs, bases = [], [], []
+            for jj in range(LANES):
+                j = builder.add(first, i64(jj))
+                bases.append(builder.gep(xd, [builder.load(builder.gep(od, [j]))]))
+                slot = _vector_at(builder, rd, builder.add(builder.mul(j, channels), o0))
+                slots.append(slot)
+                before = builder.load(slot, align=4)
+                accs.append(cgutils.alloca_once_value(builder, builder.select(keep, before, _ZERO)))
+            with cgutils.for_range(builder, rows) as row:
+                start = builder.mul(row.index, pitch)
+                dense = builder.mul(row.index, width)
+                with cgutils.for_range(builder, width) as col:
+                    q = builder.add(start, col.index)
+                    gat = builder.add(builder.mul(builder.add(dense, col.index), channels), o0)
+                    gv = builder.load(_vector_at(builder, gd, gat), align=4)
+                    for base, acc in zip(bases, accs):
+                        xv = _splat(builder, builder.load(builder.gep(base, [q])))
+                        builder.store(_fma(builder, xv, gv, builder.load(acc)), acc)
+            for slot, acc in zip(slots, accs):
+                builder.store(builder.load(acc), slot, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def transposed(typingctx, g, at, plane, count, gt, to, pitch):
+        """``gt[to + r*pitch + c] = g[at + c*plane + r]`` for c, r < 16: a 16 x 16 block of
+        channels by positions turned positions by channels (entries r >= count: zero, their
+        g entries not read)."""
+        if not _float32_c(g, gt):
+            return None
+        sig = types.void(g, at, plane, count, gt, to, pitch)
+
+        def codegen(context, builder, sig, args):
+            ga, at, plane, count, ta, to, pitch = args
+            gd = _data(context, builder, sig.args[0], ga)
+            td = _data(context, builder, sig.args[4], ta)
+            i64 = at.type
+            mask = _first(builder, count)
+            rows = []
+            for c in range(LANES):
+                where = builder.add(at, builder.mul(i64(c), plane))
+                rows.append(_masked_load(builder, _vector_at(builder, gd, where), mask))
+            b = 1
+            while b < LANES:  # swap the off-diagonal b x b blocks of every 2b x 2b block
+                for r in range(LANES):
+                    if r & b:
+                        continue
+                    p = r + b
+                    low = [c if not c & b else LANES + c - b for c in range(LANES)]
+                    high = [c + b if not c & b else LANES + c for c in range(LANES)]
+                    a, e = rows[r], rows[p]
+                    rows[r] = builder.shuffle_vector(
+                        a, e, ir.Constant(ir.VectorType(_I32, LANES), low)
+                    )
+                    rows[p] = builder.shuffle_vector(
+                        a, e, ir.Constant(ir.VectorType(_I32, LANES), high)
+                    )
+                b *= 2
+            for r, v in enumerate(rows):
+                where = builder.add(to, builder.mul(i64(r), pitch))
+                builder.store(v, _vector_at(builder, td, where), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
