@@ -223,3 +223,76 @@ def test_a_compiled_plan_replays_bound_products():
     got = w.grad.copy()
     step(tg.tensor(x))
     np.testing.assert_array_equal(got, w.grad)
+
+
+# -- register-blocked products (16 x 16 blocks: ``microkernels.product_block``) -------------------
+BLOCKED_CASES = [  # (a, b): N in sixteens, a up to 512 KiB
+    (lambda r: r((100, 784)), lambda r: r((128, 784)).T),  # a Linear's x @ W.T: b turned
+    (lambda r: r((100, 128)).T, lambda r: r((100, 784))),  # its weight gradient g.T @ x
+    (lambda r: r((3, 50, 80)), lambda r: r((80, 64))),  # a weight over a batch
+    (lambda r: r((37, 300)), lambda r: r((300, 48))),  # rows past the last block of 16
+    (lambda r: r((64, 200)), lambda r: r((200, 96))[:, :64]),  # b's rows with gaps
+]
+
+
+@pytest.fixture
+def blocked(monkeypatch):
+    """The blocked products taken wherever they apply (on any CPU: without AVX-512 they run,
+    slower, and their arithmetic is the same)."""
+    monkeypatch.setattr(P, "BLOCKED", True)
+
+
+@pytest.mark.parametrize("case", range(len(BLOCKED_CASES)))
+def test_blocked_products_give_the_product_with_the_same_bits_on_any_thread_count(case, blocked):
+    rng = np.random.default_rng(7)
+
+    def draw(shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    make_a, make_b = BLOCKED_CASES[case]
+    a, b = make_a(draw), make_b(draw)
+    out = np.full(np.matmul(a, b).shape, np.nan, np.float32)
+    run = P._blocked(a, b, out)
+    assert run is not None
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        run()
+        _assert_product(out, a, b)
+        pool = out.copy()
+        out.fill(np.nan)
+        numba.set_num_threads(1)
+        run()  # the blocks on one thread: each entry summed by one thread, in K's order
+        assert pool.tobytes() == out.tobytes()
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        if numba.get_num_threads() > 1:  # the call and a bound call take the blocks
+            assert P.matmul(a, b, np.empty_like(out)).tobytes() == pool.tobytes()
+            bound = np.empty_like(out)
+            P.bind_matmul(a, b, bound)()
+            assert bound.tobytes() == pool.tobytes()
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_blocked_products_propagate_non_finite_entries_as_numpys(blocked):
+    a = np.ones((100, 200), np.float32)
+    b = np.ones((64, 200), np.float32)
+    a[5, 7], b[9, 3] = np.inf, np.nan
+    out = np.empty((100, 64), np.float32)
+    P._blocked(a, b.T, out)()
+    assert np.array_equal(out, a @ b.T, equal_nan=True)
+
+
+def test_what_the_blocked_products_do_not_take(blocked, monkeypatch):
+    def take(a_shape, b_shape, dtype=np.float32):
+        a, b = np.ones(a_shape, dtype), np.ones(b_shape, dtype)
+        return P._blocked(a, b, np.empty((a_shape[0], b_shape[1]), dtype)) is not None
+
+    assert take((100, 784), (784, 128))
+    assert not take((100, 784), (784, 120))  # columns not in sixteens
+    assert not take((100, 784), (784, 128), np.float64)
+    assert not take((2048, 128), (128, 384))  # a past 512 KiB: OpenBLAS packs it better
+    a, b = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)
+    assert P._blocked(a, b, np.empty((64, 128), np.float32)[:, :64]) is None  # out with gaps
+    monkeypatch.setattr(P, "BLOCKED", False)  # no AVX-512 (``microkernels.WIDE``)
+    assert not take((100, 784), (784, 128))

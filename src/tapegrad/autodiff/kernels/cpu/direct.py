@@ -140,7 +140,9 @@ if AVAILABLE:
                     transposed(image, ob * plane + q, plane, count, gflat, q * o + ob, o)
             for ob in range(0, o, LANES):
                 for jb in range(0, offs.size, LANES):
-                    product_block(flat, offs, jb, gflat, o, ob, oh_, ow_, step, out, n != first)
+                    product_block(
+                        flat, offs, jb, oh_, ow_, step, gflat, o, ob, out, o, ob, n != first, LANES
+                    )
 
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
     _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)

@@ -138,44 +138,63 @@ if AVAILABLE:
         return sig, codegen
 
     @intrinsic
-    def product_block(typingctx, x, offs, first, gt, channels, o0, rows, width, pitch, out, add):
-        """``out[(first + jj)*channels + o0 + o]`` (+)= the sum of ``x[offs[first + jj] +
-        i*pitch + j] * gt[(i*width + j)*channels + o0 + o]`` over i < rows, j < width in that
-        order, for jj, o < 16; ``add``: onto what out holds."""
-        if not (_float32_c(x, gt, out) and isinstance(offs, types.Array)):
+    def product_block(
+        typingctx, a, offs, first, rows, width, step, b, bpitch, b0, out, opitch, o0, add, count
+    ):
+        """``out[(first + jj)*opitch + o0 + o]`` (+)= the sum of ``a[offs[first + jj] + i*step
+        + j] * b[(i*width + j)*bpitch + b0 + o]`` over i < rows, j < width in that order, for
+        o < 16 and jj < count (<= 16: the other rows' offsets are read, their results neither
+        read nor written); ``add``: onto what out holds."""
+        if not (_float32_c(a, b, out) and isinstance(offs, types.Array)):
             return None
-        sig = types.void(x, offs, first, gt, channels, o0, rows, width, pitch, out, add)
+        sig = types.void(
+            a, offs, first, rows, width, step, b, bpitch, b0, out, opitch, o0, add, count
+        )
 
         def codegen(context, builder, sig, args):
-            xa, oa, first, ga, channels, o0, rows, width, pitch, ra, add = args
-            xd, od, gd, rd = (
+            aa, oa, first, rows, width, step, ba, bpitch, b0, ra, opitch, o0, add, count = args
+            ad, od, bd, rd = (
                 _data(context, builder, t, v)
                 for t, v in zip(
-                    (sig.args[0], sig.args[1], sig.args[3], sig.args[9]), (xa, oa, ga, ra)
+                    (sig.args[0], sig.args[1], sig.args[6], sig.args[9]), (aa, oa, ba, ra)
                 )
             )
             i64 = first.type
             keep = builder.icmp_signed("!=", add, ir.Constant(add.type, 0))
-            slots, accs, bases = [], [], []
+            slots, accs, bases, kept = [], [], [], []
             for jj in range(LANES):
                 j = builder.add(first, i64(jj))
-                bases.append(builder.gep(xd, [builder.load(builder.gep(od, [j]))]))
-                slot = _vector_at(builder, rd, builder.add(builder.mul(j, channels), o0))
-                slots.append(slot)
-                before = builder.load(slot, align=4)
-                accs.append(cgutils.alloca_once_value(builder, builder.select(keep, before, _ZERO)))
-            with cgutils.for_range(builder, rows) as row:
-                start = builder.mul(row.index, pitch)
-                dense = builder.mul(row.index, width)
-                with cgutils.for_range(builder, width) as col:
-                    q = builder.add(start, col.index)
-                    gat = builder.add(builder.mul(builder.add(dense, col.index), channels), o0)
-                    gv = builder.load(_vector_at(builder, gd, gat), align=4)
-                    for base, acc in zip(bases, accs):
-                        xv = _splat(builder, builder.load(builder.gep(base, [q])))
-                        builder.store(_fma(builder, xv, gv, builder.load(acc)), acc)
-            for slot, acc in zip(slots, accs):
-                builder.store(builder.load(acc), slot, align=4)
+                bases.append(builder.gep(ad, [builder.load(builder.gep(od, [j]))]))
+                slots.append(_vector_at(builder, rd, builder.add(builder.mul(j, opitch), o0)))
+                accs.append(cgutils.alloca_once_value(builder, _ZERO))
+                kept.append(builder.icmp_signed("<", i64(jj), count))
+            with builder.if_then(keep):
+                for slot, acc, mine in zip(slots, accs, kept):
+                    with builder.if_then(mine):
+                        builder.store(builder.load(slot, align=4), acc)
+
+            def step_at(q, k):  # one K index: a's entry q of each row, b's row k
+                bv = builder.load(
+                    _vector_at(builder, bd, builder.add(builder.mul(k, bpitch), b0)), align=4
+                )
+                for base, acc in zip(bases, accs):
+                    av = _splat(builder, builder.load(builder.gep(base, [q])))
+                    builder.store(_fma(builder, av, bv, builder.load(acc)), acc)
+
+            single = builder.icmp_signed("==", width, i64(1))
+            with builder.if_else(single) as (one, many):
+                with one:  # a column of a stored by columns: one loop over K
+                    with cgutils.for_range(builder, rows) as row:
+                        step_at(builder.mul(row.index, step), row.index)
+                with many:
+                    with cgutils.for_range(builder, rows) as row:
+                        start = builder.mul(row.index, step)
+                        dense = builder.mul(row.index, width)
+                        with cgutils.for_range(builder, width) as col:
+                            step_at(builder.add(start, col.index), builder.add(dense, col.index))
+            for slot, acc, mine in zip(slots, accs, kept):
+                with builder.if_then(mine):
+                    builder.store(builder.load(acc), slot, align=4)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -25,6 +25,14 @@ counts, as NumPy's own products do between OpenBLAS's thread counts. With one nu
 there is no pool to share and products are NumPy's (the pieces' Python overhead, ~8 us a
 product, cost the seed presets 14-26% of a one-thread epoch).
 
+Float32 products whose columns come in sixteens (``(..., M, K) @ (K, N)``, a up to 512 KiB:
+a Linear's forward and weight gradient in the seed presets) run instead as register-blocked 16 x
+16 blocks (``microkernels.product_block``, on a CPU with AVX-512), a block of 16 columns per task
+over numba's threads: OpenBLAS's kernels ran these shapes at 120-165 GFLOP/s on two threads,
+the blocks at ~200 (mlp's (100, 784) @ (784, 128) 153 -> 108 us; a Linear's ``x @ W.T`` reads
+W's 16 rows a task turned into a panel by that task's thread). Each entry is summed in K's
+order by one thread, so their bits do not depend on the thread count.
+
 Operands are read in place wherever each matrix is stored by rows or by columns (a transposed
 view is a transposed GEMM, not a copy) and a batch's strides collapse to at most two
 dimensions (other operands are copied first); a weight broadcast over a batch
@@ -36,6 +44,7 @@ NumPy's ``matmul``.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -57,6 +66,10 @@ _PARALLEL_FLOPS = 1 << 21  # from ~2 MFLOP (~20 us on one core) numba's threads 
 _UNIT_FLOPS = 1 << 20
 _MIN_SIDE = 16  # ...and at least 16 rows or columns
 _NO_TRANS, _TRANS = 111, 112
+# the register-blocked products read all of a for each block of 16 columns: from a of this size
+# (in bytes) on, past a core's L2, that costs more than OpenBLAS's packing (char-lm's (2048,
+# 128) @ (128, 384) products: its step 1.07x slower), and they are OpenBLAS's
+_BLOCKED_MAX_A_BYTES = 1 << 19
 _PLANS: dict = {}  # (shapes, strides, dtype, threads) -> the loop's arguments but the addresses
 
 
@@ -94,6 +107,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     threads = _route(a, b, out, numba.get_num_threads if AVAILABLE else _two)
     if threads == 0:
         return _numpy_matmul(a, b, out)
+    blocks = _blocked(a, b, out) if threads > 1 else None
+    if blocks is not None:
+        blocks()
+        return out
     if threads == 1:
         with one_blas_thread():
             return _numpy_matmul(a, b, out)
@@ -125,6 +142,16 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray):
     count = numba.get_num_threads
     now = count()
     route = _route(a, b, out, count)
+    blocks = _blocked(a, b, out, own=True) if route > 1 else None
+    if blocks is not None:
+
+        def blocked():
+            if count() != now:
+                return matmul(a, b, out)
+            blocks()
+            return out
+
+        return blocked
     plan = _plan(a, b, out, route) if route > 1 else None
     if route > 1 and plan is None:
         return functools.partial(matmul, a, b, out)
@@ -160,11 +187,91 @@ def bind_matmul_reference(a, b, out):
 def describe() -> str:
     """What ``tapegrad info`` says of how matrix products run."""
     if AVAILABLE:
+        blocks = (
+            "float32 ones with columns in sixteens as register-blocked 16 x 16 blocks, others "
+            if BLOCKED
+            else ""
+        )
         return (
-            "from 2 MFLOP a piece per numba thread (NumPy's OpenBLAS on one thread per "
-            "piece); NumPy's matmul below and with one numba thread"
+            f"from 2 MFLOP over numba's threads ({blocks}a piece per numba thread: NumPy's "
+            "OpenBLAS on one thread per piece); NumPy's matmul below and with one numba thread"
         )
     return "NumPy's matmul (NumPy's BLAS is not an ILP64 OpenBLAS, which the pieces call)"
+
+
+def _blocked(a, b, out, own: bool = False):
+    """A call ``run()`` computing ``out[...] = a @ b`` as 16 x 16 register blocks
+    (``microkernels.product_block``: each entry's K products summed in order by one thread, the
+    same bits at any thread count), a block of 16 columns at a time over numba's threads; or
+    None where they do not take the product: numba compiles for AVX-512, float32 matrices
+    (``(..., M, K) @ (K, N)`` with a's rows evenly spaced as one), N a multiple of 16, ``out``
+    contiguous, each operand stored by rows or by columns. b's 16 columns are read in place
+    when b is stored by rows, else (a Linear's ``x @ W.T``) first turned into a panel of their
+    own by the thread that uses them (16 x 16 blocks turned in registers; ``own``: panels of
+    the call's own, for a bound call, else this Python thread's)."""
+    if not (
+        BLOCKED
+        and type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and a.dtype == b.dtype == out.dtype == np.float32
+        and b.ndim == 2
+        and a.ndim >= 2
+        and out.flags.c_contiguous
+    ):
+        return None
+    k, n = b.shape
+    if n % _LANES or k == 0:
+        return None
+    if a.ndim > 2:
+        if not a.flags.c_contiguous:
+            return None
+        a = a.reshape(-1, k)
+    m = a.shape[0]
+    if m == 0 or m * k * 4 > _BLOCKED_MAX_A_BYTES:
+        return None
+    lay_a = _matrix_layout(a.shape, a.strides, 4)
+    lay_b = _matrix_layout(b.shape, b.strides, 4)
+    if lay_a is None or lay_b is None:
+        return None
+    ta, lda = lay_a
+    tb, ldb = lay_b
+    rows = np.minimum(np.arange(-(-m // _LANES) * _LANES), m - 1)  # past M: row M - 1, unused
+    if ta == _NO_TRANS:  # a[r, j] at r*lda + j
+        offs, span, walk = rows * lda, (m - 1) * lda + k, (1, k, 0)
+    else:  # a[r, i] at r + i*lda
+        offs, span, walk = rows, (k - 1) * lda + m, (k, 1, lda)
+    af = np.lib.stride_tricks.as_strided(a, (span,), (4,))
+    offs = offs.astype(np.int64)
+    if tb == _NO_TRANS:
+        bf = np.lib.stride_tricks.as_strided(b, ((k - 1) * ldb + n,), (4,))
+        panels = _NO_PANELS
+    else:  # b[i, j] at bf[j*ldb + i]
+        bf = np.lib.stride_tricks.as_strided(b, ((n - 1) * ldb + k,), (4,))
+        panels = _panels(k, own)
+    of = out.reshape(-1)
+
+    def run() -> None:
+        _columns_parallel(n // _LANES, af, offs, *walk, bf, ldb, panels, of, n, m)
+
+    return run
+
+
+_KEPT = threading.local()  # this Python thread's panels by K, for the calls that bind nothing
+
+
+def _panels(k: int, own: bool) -> np.ndarray:
+    """A panel (K + 16, 16) per numba thread: a bound call's own (``own``), else kept per
+    Python thread and K (a plan's unbound calls allocate nothing a step; two Python threads
+    never share one)."""
+    shape = (numba.config.NUMBA_NUM_THREADS, k + _LANES, _LANES)
+    if own:
+        return np.empty(shape, np.float32)
+    kept = getattr(_KEPT, "panels", None)
+    if kept is None or len(kept) > 64:
+        kept = _KEPT.panels = {}
+    if k not in kept:
+        kept[k] = np.empty(shape, np.float32)
+    return kept[k]
 
 
 def _run(plan, a, b, out):
@@ -299,7 +406,7 @@ def _layout_plan(a, b, out, threads: int):
 if AVAILABLE:
     from ..jit import cached_jit
     from .gemm import _dgemm, _sgemm
-    from .loops import split_loops
+    from .loops import split_loops, thread_loops
 
     @cached_jit(nogil=True)
     def _piece(single, pa, pb, pc, ta, lda, tb, ldb, ldc, m, n, k, b1, sa0, sa1, sb0, sb1,
@@ -329,3 +436,33 @@ if AVAILABLE:
             _dgemm(101, ta, tb, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, ldc)
 
     _serial, _parallel = split_loops(_piece, nogil=True)
+
+    from .microkernels import LANES as _LANES
+    from .microkernels import WIDE, product_block, transposed
+
+    BLOCKED = WIDE
+
+    _NO_PANELS = np.zeros((0, 0, _LANES), np.float32)
+
+    @cached_jit(nogil=True, boundscheck=False)
+    def _column_block(t, af, offs, rows, width, step, bf, ldb, panels, of, n, m, jb):
+        """Columns 16 jb.. of ``out`` (M, N) for every block of 16 rows; b's 16 columns read
+        in place (b by rows, pitch ldb) or turned into thread t's panel first (b by columns)."""
+        c = jb * _LANES
+        if panels.shape[0]:
+            k = panels.shape[1] - _LANES
+            panel = panels[t].ravel()
+            for i in range(0, k, _LANES):
+                transposed(bf, c * ldb + i, ldb, min(_LANES, k - i), panel, i * _LANES, _LANES)
+            src, pitch, at = panel, _LANES, 0
+        else:
+            src, pitch, at = bf, ldb, c
+        for r in range(0, m, _LANES):
+            count = min(_LANES, m - r)
+            product_block(af, offs, r, rows, width, step, src, pitch, at, of, n, c, False, count)
+
+    _columns, _columns_parallel = thread_loops(_column_block, nogil=True, boundscheck=False)
+
+else:  # pragma: no cover
+    BLOCKED = False
+    _LANES = 16
