@@ -34,6 +34,7 @@ image-by-image kernels.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -75,7 +76,7 @@ if AVAILABLE:
     import numba
 
     from ..jit import cached_jit
-    from .columns import fill_padded
+    from .columns import fill_padded, finite
     from .loops import thread_loops, threaded
     from .microkernels import product_block, transposed, window_block
 
@@ -104,6 +105,10 @@ if AVAILABLE:
                     # unsigned indices: no negative-index select an element
                     for k in range(count):
                         dst[at + k] = src[start + k * step]
+
+    @cached_jit(**_opts)
+    def _all_finite(a):  # pragma: no cover - compiled
+        return finite(a.ravel())
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _forward_image(t, x, wpk, offs, res, xps, sh, ph, pw, n):  # pragma: no cover
@@ -159,6 +164,7 @@ if AVAILABLE:
         columns = (ow - 1) * sw + (kw - 1) * dw + 1
         return (c, (oh - 1) * sh + (kh - 1) * dh + 1, sw, -(-columns // sw))
 
+    @functools.lru_cache(maxsize=256)
     def _offsets(c, ksize, padded, dilation, taps_padded_to=1):
         """offs[j] for taps j = (channel, kernel row, kernel column) in that order: where the
         window of output (0, 0) starts in the buffer (repeats of the first up to a multiple of
@@ -170,7 +176,9 @@ if AVAILABLE:
         offs = ci * rows * sw * width + a * dh * sw * width + (col % sw) * width + col // sw
         offs = offs.ravel().astype(np.int64)
         extra = -offs.size % taps_padded_to
-        return np.concatenate([offs, np.zeros(extra, np.int64)]) if extra else offs
+        offs = np.concatenate([offs, np.zeros(extra, np.int64)]) if extra else offs
+        offs.flags.writeable = False  # kept (a step allocates nothing), shared by the calls
+        return offs
 
     def _threads(tasks: int, entries: int) -> int:
         count = numba.get_num_threads()
@@ -180,7 +188,7 @@ if AVAILABLE:
         n, c = x.shape[:2]
         o = wpk.shape[0] * LANES
         padded = _padded(c, ksize, res.shape[2:], stride, dilation)
-        offs = _offsets(c, ksize, padded, dilation)
+        offs = _offsets(c, tuple(ksize), padded, tuple(dilation))
         threads = _threads(n, n * o * res[0, 0].size)
         xps = _buffer(scratch, key, (threads, *padded), zero=True)
         run = _forward_parallel if threads > 1 else _forward
@@ -211,7 +219,7 @@ if AVAILABLE:
         flipped = ((kh - 1) * dh - padding[0], (kw - 1) * dw - padding[1])
         if tuple(stride) != (1, 1) or w.shape[1] % LANES or min(flipped) < 0:
             return False
-        if not np.isfinite(w).all():
+        if not _all_finite(np.ascontiguousarray(w)):
             return False
         wpk = _packed(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), scratch, "direct_wf")
         _run_forward(g, wpk, gx, w.shape[2:], stride, flipped, dilation, scratch, "direct_gp")
@@ -225,7 +233,7 @@ if AVAILABLE:
         n, c = x.shape[:2]
         o = g.shape[1]
         padded = _padded(c, gw.shape[2:], g.shape[2:], stride, dilation)
-        offs = _offsets(c, gw.shape[2:], padded, dilation, LANES)
+        offs = _offsets(c, gw.shape[2:], padded, tuple(dilation), LANES)
         size = -(-n // WEIGHT_CHUNKS)  # images per chunk: fixed per batch size
         chunks = -(-n // size)
         threads = _threads(chunks, n * g[0].size)
