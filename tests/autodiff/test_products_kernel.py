@@ -122,9 +122,11 @@ def test_non_finite_entries_propagate_as_numpys():
     assert np.array_equal(out, want, equal_nan=True)
 
 
-def test_the_same_bits_on_one_thread_as_over_the_pool():
+def test_the_same_bits_on_one_thread_as_over_the_pool(monkeypatch):
     """A plan's pieces give the same bits whether the serial loop (one thread) or the parallel
-    one runs them, and the public call gives them; on one numba thread the call is NumPy's."""
+    one runs them, and the public call gives them; on one numba thread the call is NumPy's.
+    (The register-blocked products, which take some of these shapes, have their own tests.)"""
+    monkeypatch.setattr(P, "BLOCKED", False)
     rng = np.random.default_rng(3)
     for shapes in SHAPES[:4]:
         a, b = _case(rng, *shapes, np.float32, b_cols=True)
@@ -226,12 +228,14 @@ def test_a_compiled_plan_replays_bound_products():
 
 
 # -- register-blocked products (16 x 16 blocks: ``microkernels.product_block``) -------------------
-BLOCKED_CASES = [  # (a, b): N in sixteens, a up to 512 KiB
+BLOCKED_CASES = [  # (a, b): at least 16 columns, a up to 512 KiB
     (lambda r: r((100, 784)), lambda r: r((128, 784)).T),  # a Linear's x @ W.T: b turned
     (lambda r: r((100, 128)).T, lambda r: r((100, 784))),  # its weight gradient g.T @ x
     (lambda r: r((3, 50, 80)), lambda r: r((80, 64))),  # a weight over a batch
     (lambda r: r((37, 300)), lambda r: r((300, 48))),  # rows past the last block of 16
     (lambda r: r((64, 200)), lambda r: r((200, 96))[:, :64]),  # b's rows with gaps
+    (lambda r: r((400, 64)).T, lambda r: r((400, 196))),  # 196 columns: the last block's 4
+    (lambda r: r((100, 1014)), lambda r: r((84, 1014)).T),  # 84 columns of a turned W.T
 ]
 
 
@@ -288,8 +292,8 @@ def test_what_the_blocked_products_do_not_take(blocked, monkeypatch):
         a, b = np.ones(a_shape, dtype), np.ones(b_shape, dtype)
         return P._blocked(a, b, np.empty((a_shape[0], b_shape[1]), dtype)) is not None
 
-    assert take((100, 784), (784, 128))
-    assert not take((100, 784), (784, 120))  # columns not in sixteens
+    assert take((100, 784), (784, 128)) and take((100, 784), (784, 120))
+    assert not take((100, 784), (784, 10))  # fewer columns than a block
     assert not take((100, 784), (784, 128), np.float64)
     assert not take((2048, 128), (128, 384))  # a past 512 KiB: OpenBLAS packs it better
     a, b = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)

@@ -221,8 +221,8 @@ p, g, m, v = (np.ones(n, np.float32) for _ in range(4))
 scratch = (np.empty(n, np.float32), np.empty(n, np.float32))
 kw = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0, decoupled=False, step=1)
 optim.adam_update(p, g, m, v, None, scratch, **kw)
-a, b = np.ones((256, 256), np.float32), np.ones((256, 250), np.float32)
-products.matmul(a, b, np.empty_like(b))  # pieces (columns not in sixteens: no blocks)
+a = np.ones((256, 256))
+products.matmul(a, a, np.empty_like(a))  # float64: OpenBLAS's pieces (no register blocks)
 for loop in (optim._adam_parallel, products._parallel):
     print(loop.stats.cache_hits and "hit" or "compiled")
 """

@@ -142,11 +142,25 @@ if AVAILABLE:
             for ob in range(0, o, LANES):  # gt (OH*OW + 16, O) <- g[n] channels last
                 for q in range(0, plane, LANES):
                     count = min(LANES, plane - q)
-                    transposed(image, ob * plane + q, plane, count, gflat, q * o + ob, o)
+                    transposed(image, ob * plane + q, plane, count, gflat, q * o + ob, o, LANES)
             for ob in range(0, o, LANES):
                 for jb in range(0, offs.size, LANES):
                     product_block(
-                        flat, offs, jb, oh_, ow_, step, gflat, o, ob, out, o, ob, n != first, LANES
+                        flat,
+                        offs,
+                        jb,
+                        oh_,
+                        ow_,
+                        step,
+                        gflat,
+                        o,
+                        ob,
+                        out,
+                        o,
+                        ob,
+                        n != first,
+                        LANES,
+                        LANES,
                     )
 
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)

@@ -139,20 +139,24 @@ if AVAILABLE:
 
     @intrinsic
     def product_block(
-        typingctx, a, offs, first, rows, width, step, b, bpitch, b0, out, opitch, o0, add, count
-    ):
+        typingctx, a, offs, first, rows, width, step, b, bpitch, b0, out, opitch, o0, add, count,
+        columns,
+    ):  # fmt: skip
         """``out[(first + jj)*opitch + o0 + o]`` (+)= the sum of ``a[offs[first + jj] + i*step
         + j] * b[(i*width + j)*bpitch + b0 + o]`` over i < rows, j < width in that order, for
-        o < 16 and jj < count (<= 16: the other rows' offsets are read, their results neither
-        read nor written); ``add``: onto what out holds."""
+        o < columns and jj < count (both <= 16: the other rows' offsets are read, their results
+        neither read nor written; b and out past ``columns`` neither); ``add``: onto what out
+        holds."""
         if not (_float32_c(a, b, out) and isinstance(offs, types.Array)):
             return None
         sig = types.void(
-            a, offs, first, rows, width, step, b, bpitch, b0, out, opitch, o0, add, count
+            a, offs, first, rows, width, step, b, bpitch, b0, out, opitch, o0, add, count, columns
         )
 
         def codegen(context, builder, sig, args):
-            aa, oa, first, rows, width, step, ba, bpitch, b0, ra, opitch, o0, add, count = args
+            aa, oa, first, rows, width, step, ba, bpitch, b0, ra, opitch, o0, add, count, cols = (
+                args
+            )
             ad, od, bd, rd = (
                 _data(context, builder, t, v)
                 for t, v in zip(
@@ -161,6 +165,7 @@ if AVAILABLE:
             )
             i64 = first.type
             keep = builder.icmp_signed("!=", add, ir.Constant(add.type, 0))
+            lanes = _first(builder, cols)
             slots, accs, bases, kept = [], [], [], []
             for jj in range(LANES):
                 j = builder.add(first, i64(jj))
@@ -171,12 +176,11 @@ if AVAILABLE:
             with builder.if_then(keep):
                 for slot, acc, mine in zip(slots, accs, kept):
                     with builder.if_then(mine):
-                        builder.store(builder.load(slot, align=4), acc)
+                        builder.store(_masked_load(builder, slot, lanes), acc)
 
             def step_at(q, k):  # one K index: a's entry q of each row, b's row k
-                bv = builder.load(
-                    _vector_at(builder, bd, builder.add(builder.mul(k, bpitch), b0)), align=4
-                )
+                at = builder.add(builder.mul(k, bpitch), b0)
+                bv = _masked_load(builder, _vector_at(builder, bd, at), lanes)
                 for base, acc in zip(bases, accs):
                     av = _splat(builder, builder.load(builder.gep(base, [q])))
                     builder.store(_fma(builder, av, bv, builder.load(acc)), acc)
@@ -194,30 +198,32 @@ if AVAILABLE:
                             step_at(builder.add(start, col.index), builder.add(dense, col.index))
             for slot, acc, mine in zip(slots, accs, kept):
                 with builder.if_then(mine):
-                    builder.store(builder.load(acc), slot, align=4)
+                    _masked_store(builder, builder.load(acc), slot, lanes)
             return context.get_dummy_value()
 
         return sig, codegen
 
     @intrinsic
-    def transposed(typingctx, g, at, plane, count, gt, to, pitch):
+    def transposed(typingctx, g, at, plane, count, gt, to, pitch, channels):
         """``gt[to + r*pitch + c] = g[at + c*plane + r]`` for c, r < 16: a 16 x 16 block of
-        channels by positions turned positions by channels (entries r >= count: zero, their
-        g entries not read)."""
+        channels by positions turned positions by channels (entries r >= count or c >=
+        channels: zero, their g entries not read)."""
         if not _float32_c(g, gt):
             return None
-        sig = types.void(g, at, plane, count, gt, to, pitch)
+        sig = types.void(g, at, plane, count, gt, to, pitch, channels)
 
         def codegen(context, builder, sig, args):
-            ga, at, plane, count, ta, to, pitch = args
+            ga, at, plane, count, ta, to, pitch, channels = args
             gd = _data(context, builder, sig.args[0], ga)
             td = _data(context, builder, sig.args[4], ta)
             i64 = at.type
             mask = _first(builder, count)
+            none = ir.Constant(_MASK, [0] * LANES)
             rows = []
             for c in range(LANES):
                 where = builder.add(at, builder.mul(i64(c), plane))
-                rows.append(_masked_load(builder, _vector_at(builder, gd, where), mask))
+                read = builder.select(builder.icmp_signed("<", i64(c), channels), mask, none)
+                rows.append(_masked_load(builder, _vector_at(builder, gd, where), read))
             b = 1
             while b < LANES:  # swap the off-diagonal b x b blocks of every 2b x 2b block
                 for r in range(LANES):

@@ -25,13 +25,14 @@ counts, as NumPy's own products do between OpenBLAS's thread counts. With one nu
 there is no pool to share and products are NumPy's (the pieces' Python overhead, ~8 us a
 product, cost the seed presets 14-26% of a one-thread epoch).
 
-Float32 products whose columns come in sixteens (``(..., M, K) @ (K, N)``, a up to 512 KiB:
-a Linear's forward and weight gradient in the seed presets) run instead as register-blocked 16 x
-16 blocks (``microkernels.product_block``, on a CPU with AVX-512), a block of 16 columns per task
-over numba's threads: OpenBLAS's kernels ran these shapes at 120-165 GFLOP/s on two threads,
-the blocks at ~200 (mlp's (100, 784) @ (784, 128) 153 -> 108 us; a Linear's ``x @ W.T`` reads
-W's 16 rows a task turned into a panel by that task's thread). Each entry is summed in K's
-order by one thread, so their bits do not depend on the thread count.
+Float32 products with at least 16 columns (``(..., M, K) @ (K, N)``, a up to 512 KiB: a
+Linear's forward and weight gradient in the seed presets) run instead as register-blocked 16 x 16
+blocks (``microkernels.product_block``, on a CPU with AVX-512; the last block's columns past N
+masked), a block of 16 columns per task over numba's threads: OpenBLAS's kernels ran these shapes
+at 120-165 GFLOP/s on two threads, the blocks at ~200 (mlp's (100, 784) @ (784, 128) 153 -> 108
+us, seed-rnn's weight gradient (64, 400) @ (400, 196) 99 -> 65 us; a Linear's ``x @ W.T`` reads
+W's 16 rows a task turned into a panel by that task's thread). Each entry is summed in K's order
+by one thread, so their bits do not depend on the thread count.
 
 Operands are read in place wherever each matrix is stored by rows or by columns (a transposed
 view is a transposed GEMM, not a copy) and a batch's strides collapse to at most two
@@ -188,7 +189,7 @@ def describe() -> str:
     """What ``tapegrad info`` says of how matrix products run."""
     if AVAILABLE:
         blocks = (
-            "float32 ones with columns in sixteens as register-blocked 16 x 16 blocks, others "
+            "float32 ones of 16 or more columns as register-blocked 16 x 16 blocks, others "
             if BLOCKED
             else ""
         )
@@ -204,11 +205,12 @@ def _blocked(a, b, out, own: bool = False):
     (``microkernels.product_block``: each entry's K products summed in order by one thread, the
     same bits at any thread count), a block of 16 columns at a time over numba's threads; or
     None where they do not take the product: numba compiles for AVX-512, float32 matrices
-    (``(..., M, K) @ (K, N)`` with a's rows evenly spaced as one), N a multiple of 16, ``out``
-    contiguous, each operand stored by rows or by columns. b's 16 columns are read in place
-    when b is stored by rows, else (a Linear's ``x @ W.T``) first turned into a panel of their
-    own by the thread that uses them (16 x 16 blocks turned in registers; ``own``: panels of
-    the call's own, for a bound call, else this Python thread's)."""
+    (``(..., M, K) @ (K, N)`` with a's rows evenly spaced as one, up to 512 KiB), N >= 16 (the
+    last block's columns past N masked), ``out`` contiguous, each operand stored by rows or by
+    columns. b's 16 columns are read in place when b is stored by rows, else (a Linear's ``x @
+    W.T``) first turned into a panel of their own by the thread that uses them (16 x 16 blocks
+    turned in registers; ``own``: panels of the call's own, for a bound call, else this Python
+    thread's)."""
     if not (
         BLOCKED
         and type(a) is np.ndarray
@@ -220,7 +222,7 @@ def _blocked(a, b, out, own: bool = False):
     ):
         return None
     k, n = b.shape
-    if n % _LANES or k == 0:
+    if n < _LANES or k == 0:
         return None
     if a.ndim > 2:
         if not a.flags.c_contiguous:
@@ -251,7 +253,7 @@ def _blocked(a, b, out, own: bool = False):
     of = out.reshape(-1)
 
     def run() -> None:
-        _columns_parallel(n // _LANES, af, offs, *walk, bf, ldb, panels, of, n, m)
+        _columns_parallel(-(-n // _LANES), af, offs, *walk, bf, ldb, panels, of, n, m)
 
     return run
 
@@ -446,20 +448,25 @@ if AVAILABLE:
 
     @cached_jit(nogil=True, boundscheck=False)
     def _column_block(t, af, offs, rows, width, step, bf, ldb, panels, of, n, m, jb):
-        """Columns 16 jb.. of ``out`` (M, N) for every block of 16 rows; b's 16 columns read
-        in place (b by rows, pitch ldb) or turned into thread t's panel first (b by columns)."""
+        """Columns 16 jb.. of ``out`` (M, N) for every block of 16 rows; b's 16 columns (fewer in
+        the last block) read in place (b by rows, pitch ldb) or turned into thread t's panel
+        first (b by columns)."""
         c = jb * _LANES
+        cols = min(_LANES, n - c)  # the last block's columns past N: masked
         if panels.shape[0]:
             k = panels.shape[1] - _LANES
             panel = panels[t].ravel()
             for i in range(0, k, _LANES):
-                transposed(bf, c * ldb + i, ldb, min(_LANES, k - i), panel, i * _LANES, _LANES)
+                turn = min(_LANES, k - i)
+                transposed(bf, c * ldb + i, ldb, turn, panel, i * _LANES, _LANES, cols)
             src, pitch, at = panel, _LANES, 0
         else:
             src, pitch, at = bf, ldb, c
         for r in range(0, m, _LANES):
             count = min(_LANES, m - r)
-            product_block(af, offs, r, rows, width, step, src, pitch, at, of, n, c, False, count)
+            product_block(
+                af, offs, r, rows, width, step, src, pitch, at, of, n, c, False, count, cols
+            )
 
     _columns, _columns_parallel = thread_loops(_column_block, nogil=True, boundscheck=False)
 
