@@ -228,12 +228,12 @@ def test_a_compiled_plan_replays_bound_products():
 
 
 # -- register-blocked products (16 x 16 blocks: ``microkernels.product_block``) -------------------
-BLOCKED_CASES = [  # (a, b): at least 16 columns, a up to 512 KiB
+BLOCKED_CASES = [  # (a, b): 2 MFLOP or more, at least 16 columns, a up to 512 KiB
     (lambda r: r((100, 784)), lambda r: r((128, 784)).T),  # a Linear's x @ W.T: b turned
     (lambda r: r((100, 128)).T, lambda r: r((100, 784))),  # its weight gradient g.T @ x
-    (lambda r: r((3, 50, 80)), lambda r: r((80, 64))),  # a weight over a batch
-    (lambda r: r((37, 300)), lambda r: r((300, 48))),  # rows past the last block of 16
-    (lambda r: r((64, 200)), lambda r: r((200, 96))[:, :64]),  # b's rows with gaps
+    (lambda r: r((6, 50, 80)), lambda r: r((80, 64))),  # a weight over a batch
+    (lambda r: r((37, 600)), lambda r: r((600, 48))),  # rows past the last block of 16
+    (lambda r: r((64, 300)), lambda r: r((300, 96))[:, :64]),  # b's rows with gaps
     (lambda r: r((400, 64)).T, lambda r: r((400, 196))),  # 196 columns: the last block's 4
     (lambda r: r((100, 1014)), lambda r: r((84, 1014)).T),  # 84 columns of a turned W.T
 ]
@@ -266,10 +266,10 @@ def test_blocked_products_give_the_product_with_the_same_bits_on_any_thread_coun
         pool = out.copy()
         out.fill(np.nan)
         numba.set_num_threads(1)
-        run()  # the blocks on one thread: each entry summed by one thread, in K's order
+        run()  # the serial loop: each entry summed by one thread, in K's order
         assert pool.tobytes() == out.tobytes()
-        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
-        if numba.get_num_threads() > 1:  # the call and a bound call take the blocks
+        for count in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(count)  # the call and a bound call take the blocks at any count
             assert P.matmul(a, b, np.empty_like(out)).tobytes() == pool.tobytes()
             bound = np.empty_like(out)
             P.bind_matmul(a, b, bound)()
@@ -294,6 +294,7 @@ def test_what_the_blocked_products_do_not_take(blocked, monkeypatch):
 
     assert take((100, 784), (784, 128)) and take((100, 784), (784, 120))
     assert not take((100, 784), (784, 10))  # fewer columns than a block
+    assert not take((64, 200), (200, 64))  # under 2 MFLOP: OpenBLAS on the calling thread
     assert not take((100, 784), (784, 128), np.float64)
     assert not take((2048, 128), (128, 384))  # a past 512 KiB: OpenBLAS packs it better
     a, b = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)

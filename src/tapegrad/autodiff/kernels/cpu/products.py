@@ -23,16 +23,17 @@ the thread count took 5-26% longer on two threads for products of 20-270 MFLOP, 
 sums depend on where a matrix is cut, so they can differ in the last place between thread
 counts, as NumPy's own products do between OpenBLAS's thread counts. With one numba thread
 there is no pool to share and products are NumPy's (the pieces' Python overhead, ~8 us a
-product, cost the seed presets 14-26% of a one-thread epoch).
+product, cost the seed presets 14-26% of a one-thread epoch), but for the register blocks below.
 
-Float32 products with at least 16 columns (``(..., M, K) @ (K, N)``, a up to 512 KiB: a
-Linear's forward and weight gradient in the seed presets) run instead as register-blocked 16 x 16
-blocks (``microkernels.product_block``, on a CPU with AVX-512; the last block's columns past N
-masked), a block of 16 columns per task over numba's threads: OpenBLAS's kernels ran these shapes
-at 120-165 GFLOP/s on two threads, the blocks at ~200 (mlp's (100, 784) @ (784, 128) 153 -> 108
-us, seed-rnn's weight gradient (64, 400) @ (400, 196) 99 -> 65 us; a Linear's ``x @ W.T`` reads
-W's 16 rows a task turned into a panel by that task's thread). Each entry is summed in K's order
-by one thread, so their bits do not depend on the thread count.
+Float32 products of 2 MFLOP or more with at least 16 columns (``(..., M, K) @ (K, N)``, a up
+to 512 KiB: a Linear's forward and weight gradient in the seed presets) run instead as
+register-blocked 16 x 16 blocks (``microkernels.product_block``, on a CPU with AVX-512; the last
+block's columns past N masked), a block of 16 columns per task over numba's threads, at any
+thread count: OpenBLAS's kernels ran these shapes at 120-165 GFLOP/s on two threads, the blocks
+at ~200 (mlp's (100, 784) @ (784, 128) 153 -> 108 us, seed-rnn's weight gradient (64, 400) @
+(400, 196) 99 -> 65 us), and on one thread 3-15% quicker than OpenBLAS's (a Linear's ``x @
+W.T`` reads W's 16 rows a task turned into a panel by that task's thread). Each entry is summed
+in K's order by one thread, so their bits do not depend on the thread count.
 
 Operands are read in place wherever each matrix is stored by rows or by columns (a transposed
 view is a transposed GEMM, not a copy) and a batch's strides collapse to at most two
@@ -105,13 +106,13 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     Products OpenBLAS would run on the calling thread are NumPy's, and so are those up to
     ``_PARALLEL_FLOPS`` with OpenBLAS held to one thread; larger ones are cut into pieces run
     over numba's threads (see the module)."""
-    threads = _route(a, b, out, numba.get_num_threads if AVAILABLE else _two)
-    if threads == 0:
-        return _numpy_matmul(a, b, out)
-    blocks = _blocked(a, b, out) if threads > 1 else None
+    blocks = _blocked(a, b, out)
     if blocks is not None:
         blocks()
         return out
+    threads = _route(a, b, out, numba.get_num_threads if AVAILABLE else _two)
+    if threads == 0:
+        return _numpy_matmul(a, b, out)
     if threads == 1:
         with one_blas_thread():
             return _numpy_matmul(a, b, out)
@@ -138,21 +139,14 @@ def bind_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray):
     the arrays' addresses on every replay (~5-10 us a product). The thread count is read at
     every call; where it changed since binding the product runs as :func:`matmul`, so the
     pieces (and their bits) are always the current count's."""
+    blocks = _blocked(a, b, out, own=True)
+    if blocks is not None:  # the same blocks, and bits, at any thread count
+        return blocks
     if _route(a, b, out, _two) == 0:  # NumPy's at any thread count
         return functools.partial(_numpy_matmul, a, b, out)
     count = numba.get_num_threads
     now = count()
     route = _route(a, b, out, count)
-    blocks = _blocked(a, b, out, own=True) if route > 1 else None
-    if blocks is not None:
-
-        def blocked():
-            if count() != now:
-                return matmul(a, b, out)
-            blocks()
-            return out
-
-        return blocked
     plan = _plan(a, b, out, route) if route > 1 else None
     if route > 1 and plan is None:
         return functools.partial(matmul, a, b, out)
@@ -201,10 +195,11 @@ def describe() -> str:
 
 
 def _blocked(a, b, out, own: bool = False):
-    """A call ``run()`` computing ``out[...] = a @ b`` as 16 x 16 register blocks
-    (``microkernels.product_block``: each entry's K products summed in order by one thread, the
-    same bits at any thread count), a block of 16 columns at a time over numba's threads; or
-    None where they do not take the product: numba compiles for AVX-512, float32 matrices
+    """A call ``run()`` computing ``out[...] = a @ b`` (and returning it) as 16 x 16 register
+    blocks (``microkernels.product_block``: each entry's K products summed in order by one
+    thread, the same bits at any thread count), a block of 16 columns at a time over numba's
+    threads; or None where they do not take the product: 2 MFLOP or more, numba compiles for
+    AVX-512, float32 matrices
     (``(..., M, K) @ (K, N)`` with a's rows evenly spaced as one, up to 512 KiB), N >= 16 (the
     last block's columns past N masked), ``out`` contiguous, each operand stored by rows or by
     columns. b's 16 columns are read in place when b is stored by rows, else (a Linear's ``x @
@@ -215,6 +210,7 @@ def _blocked(a, b, out, own: bool = False):
         BLOCKED
         and type(a) is np.ndarray
         and type(b) is np.ndarray
+        and type(out) is np.ndarray
         and a.dtype == b.dtype == out.dtype == np.float32
         and b.ndim == 2
         and a.ndim >= 2
@@ -229,7 +225,7 @@ def _blocked(a, b, out, own: bool = False):
             return None
         a = a.reshape(-1, k)
     m = a.shape[0]
-    if m == 0 or m * k * 4 > _BLOCKED_MAX_A_BYTES:
+    if 2 * m * n * k < _PARALLEL_FLOPS or m * k * 4 > _BLOCKED_MAX_A_BYTES:
         return None
     lay_a = _matrix_layout(a.shape, a.strides, 4)
     lay_b = _matrix_layout(b.shape, b.strides, 4)
@@ -252,8 +248,10 @@ def _blocked(a, b, out, own: bool = False):
         panels = _panels(k, own)
     of = out.reshape(-1)
 
-    def run() -> None:
-        _columns_parallel(-(-n // _LANES), af, offs, *walk, bf, ldb, panels, of, n, m)
+    def run() -> np.ndarray:
+        loop = _columns_parallel if numba.get_num_threads() > 1 else _columns
+        loop(-(-n // _LANES), af, offs, *walk, bf, ldb, panels, of, n, m)
+        return out
 
     return run
 
