@@ -1,7 +1,8 @@
 """2-d convolutions image by image: each of numba's threads takes whole images and multiplies
 each with single-threaded BLAS calls made from the kernel (``gemm.py``), one thread pool for
 the copies and the products. (``conv2d.py`` hands float32 3x3 stride-1 convolutions from 32
-channels to Winograd's kernels, ``winograd.py``, instead.)
+channels to Winograd's kernels, ``winograd.py``, and other float32 ones whose output channels
+come in sixteens to the register-blocked direct sums, ``direct.py``, instead.)
 
 * Stride 1: the image is copied once into a zero-padded buffer (C, HP, WP) and its output
   rows are computed at the buffer's width (the entries past OW, which wrap into the next row,
