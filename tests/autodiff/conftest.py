@@ -58,3 +58,20 @@ def conv_layer_matches_torch():
             np.testing.assert_allclose(np.asarray(ours.grad), want, rtol=0, atol=1e-5 * scale)
 
     return check
+
+
+@pytest.fixture
+def conv_references():
+    """``references(x, w, g, stride, padding, dilation)``: the float64 forward, input gradient
+    and weight gradient of the convolution, by the image-by-image kernels' NumPy references."""
+    from tapegrad.autodiff.kernels.cpu import by_image
+
+    def references(x, w, g, *geo):
+        x, w, g = (a.astype(np.float64) for a in (x, w, g))
+        res, gx, gw = np.empty(g.shape), np.empty(x.shape), np.empty(w.shape)
+        by_image.conv_image_forward_reference(x, w, res, *geo)
+        by_image.conv_image_input_reference(g, w, gx, *geo)
+        by_image.conv_image_weight_reference(x, g, gw, *geo)
+        return res, gx, gw
+
+    return references

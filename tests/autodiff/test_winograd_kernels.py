@@ -44,20 +44,10 @@ def _run(x, w, g, padding, scratch=None):
     return res, gx, gw
 
 
-def _references(x, w, g, padding):
-    geo = ((1, 1), padding, (1, 1))
-    x, w, g = (a.astype(np.float64) for a in (x, w, g))
-    res, gx, gw = np.empty(g.shape), np.empty(x.shape), np.empty(w.shape)
-    by_image.conv_image_forward_reference(x, w, res, *geo)
-    by_image.conv_image_input_reference(g, w, gx, *geo)
-    by_image.conv_image_weight_reference(x, g, gw, *geo)
-    return res, gx, gw
-
-
 @pytest.mark.parametrize("geometry", GEOMETRIES)
-def test_kernels_match_the_float64_references(geometry):
+def test_kernels_match_the_float64_references(geometry, conv_references):
     x, w, g, padding = _case(geometry)
-    for got, want in zip(_run(x, w, g, padding), _references(x, w, g, padding)):
+    for got, want in zip(_run(x, w, g, padding), conv_references(x, w, g, (1, 1), padding, (1, 1))):
         # float32 sums of C*9 (forward) or N*OH*OW*9 (weight) terms, through the transforms'
         # additions: a few units in the last place of the largest entry
         scale = np.abs(want).max()

@@ -103,6 +103,7 @@ except ImportError:  # pragma: no cover
 
 if numba is not None and _gemm.AVAILABLE:
     from ..jit import cached_jit
+    from .columns import all_finite
     from .columns import fill_padded as _fill_padded
     from .columns import finite as _finite
     from .columns import pitched as _pitched
@@ -318,10 +319,6 @@ if numba is not None and _gemm.AVAILABLE:
         np.copyto(wt, w.reshape(o, c, -1).transpose(2, 0, 1))
         return wc, wt
 
-    @cached_jit(**_opts)
-    def _all_finite(a):  # pragma: no cover - compiled
-        return _finite(a.ravel())
-
     def _geometry(w, stride, padding, dilation) -> tuple:
         return (*w.shape[2:], *stride, *padding, *dilation)
 
@@ -344,7 +341,7 @@ if numba is not None and _gemm.AVAILABLE:
         """``gx`` (N, C, H, W, C-contiguous) <- the adjoint of conv in x applied to g."""
         g = np.ascontiguousarray(g)
         wc, wt = _weights(w, scratch)
-        taps = bool(_all_finite(wt))
+        taps = bool(all_finite(wt))
         n, c = gx.shape[:2]
         lay = _Layout(
             c, w.shape[2:], g.shape[2:], stride, dilation, n, n * wc[0].size * g[0, 0].size

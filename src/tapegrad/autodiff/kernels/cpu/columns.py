@@ -117,6 +117,11 @@ if numba is not None:
                 bad |= (b64[i] & 0x7FF0000000000000) == 0x7FF0000000000000
         return bad == 0
 
+    @cached_jit(**_opts)
+    def all_finite(a):  # pragma: no cover - compiled
+        """Whether the contiguous array a holds no inf or NaN."""
+        return finite(a.ravel())
+
     @cached_jit(inline="always", **_opts)
     def pitched(a, n, rows, pitch, into_rows):  # pragma: no cover - compiled
         """rows (O, OH*pitch) <- image n of a (N, O, OH, OW), each output row at its pitch (the

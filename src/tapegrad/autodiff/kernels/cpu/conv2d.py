@@ -25,9 +25,7 @@ def conv_image_forward(x, w, res, stride, padding, dilation, scratch=None) -> No
     if _winograd(x.dtype, w.shape, stride, dilation, res.shape[2:]):
         if winograd.wino_forward(x, w, res, padding, scratch):
             return
-    elif direct.applies(x.dtype, w.shape, 1, w.shape[0]) and direct.rows_pay(
-        res.shape[3], w.shape, stride
-    ):
+    elif direct.applies(x.dtype, 1) and direct.rows_pay(res.shape[3], w.shape, stride):
         if direct.direct_forward(x, w, res, stride, padding, dilation, scratch):
             return
     by_image.conv_image_forward(x, w, res, stride, padding, dilation, scratch)
@@ -38,9 +36,7 @@ def conv_image_input(g, w, gx, stride, padding, dilation, scratch=None) -> None:
     if _winograd(g.dtype, w.shape, stride, dilation, gx.shape[2:]):
         if winograd.wino_input(g, w, gx, padding, scratch):
             return
-    elif direct.applies(g.dtype, w.shape, 1, w.shape[1]) and direct.rows_pay(
-        gx.shape[3], w.shape, (1, 1)
-    ):
+    elif direct.applies(g.dtype, 1) and direct.rows_pay(gx.shape[3], w.shape, (1, 1)):
         if direct.direct_input(g, w, gx, stride, padding, dilation, scratch):
             return
     by_image.conv_image_input(g, w, gx, stride, padding, dilation, scratch)
@@ -51,7 +47,7 @@ def conv_image_weight(x, g, gw, stride, padding, dilation, scratch=None) -> None
     if _winograd(x.dtype, gw.shape, stride, dilation, g.shape[2:]):
         if winograd.wino_weight(x, g, gw, padding, scratch):
             return
-    elif direct.applies(x.dtype, gw.shape, 1, gw.shape[0]):
+    elif direct.applies(x.dtype, 1):
         if direct.direct_weight(x, g, gw, stride, padding, dilation, scratch):
             return
     by_image.conv_image_weight(x, g, gw, stride, padding, dilation, scratch)

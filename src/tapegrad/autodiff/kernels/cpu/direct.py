@@ -51,17 +51,12 @@ MIN_WIDTH = 12
 WEIGHT_CHUNKS = 16
 
 
-def applies(x_dtype, w_shape, groups: int, blocked: int) -> bool:
-    """Whether a convolution of this kind runs here: numba compiles for 512-bit vectors,
-    float32, ungrouped, ``blocked`` channels (the output's; the input's for the input
-    gradient, which also needs stride 1: ``direct_input`` says) a multiple of ``LANES``."""
-    return (
-        WIDE
-        and np.dtype(x_dtype) == np.float32
-        and groups == 1
-        and len(w_shape) == 4
-        and blocked % LANES == 0
-    )
+def applies(x_dtype, groups: int) -> bool:
+    """Whether convolutions of this kind are offered to these kernels: numba compiles for
+    512-bit vectors, float32, ungrouped. Each kernel then takes or refuses (returns False) the
+    call's shapes: channels in sixteens; the input gradient stride 1. Where the forward's blocks
+    pay is the dispatcher's rule, ``rows_pay`` (the kernels compute any row length)."""
+    return WIDE and np.dtype(x_dtype) == np.float32 and groups == 1
 
 
 def rows_pay(width: int, w_shape, stride) -> bool:
@@ -76,7 +71,7 @@ if AVAILABLE:
     import numba
 
     from ..jit import cached_jit
-    from .columns import fill_padded, finite
+    from .columns import all_finite, fill_padded
     from .loops import thread_loops, threaded
     from .microkernels import product_block, transposed, window_block
 
@@ -105,10 +100,6 @@ if AVAILABLE:
                     # unsigned indices: no negative-index select an element
                     for k in range(count):
                         dst[at + k] = src[start + k * step]
-
-    @cached_jit(**_opts)
-    def _all_finite(a):  # pragma: no cover - compiled
-        return finite(a.ravel())
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _forward_image(t, x, wpk, offs, res, xps, sh, ph, pw, n):  # pragma: no cover
@@ -233,7 +224,7 @@ if AVAILABLE:
         flipped = ((kh - 1) * dh - padding[0], (kw - 1) * dw - padding[1])
         if tuple(stride) != (1, 1) or w.shape[1] % LANES or min(flipped) < 0:
             return False
-        if not _all_finite(np.ascontiguousarray(w)):
+        if not all_finite(np.ascontiguousarray(w)):
             return False
         wpk = _packed(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), scratch, "direct_wf")
         _run_forward(g, wpk, gx, w.shape[2:], stride, flipped, dilation, scratch, "direct_gp")

@@ -199,13 +199,12 @@ def _blocked(a, b, out, own: bool = False):
     blocks (``microkernels.product_block``: each entry's K products summed in order by one
     thread, the same bits at any thread count), a block of 16 columns at a time over numba's
     threads; or None where they do not take the product: 2 MFLOP or more, numba compiles for
-    AVX-512, float32 matrices
-    (``(..., M, K) @ (K, N)`` with a's rows evenly spaced as one, up to 512 KiB), N >= 16 (the
-    last block's columns past N masked), ``out`` contiguous, each operand stored by rows or by
-    columns. b's 16 columns are read in place when b is stored by rows, else (a Linear's ``x @
-    W.T``) first turned into a panel of their own by the thread that uses them (16 x 16 blocks
-    turned in registers; ``own``: panels of the call's own, for a bound call, else this Python
-    thread's)."""
+    AVX-512, float32 matrices (``(..., M, K) @ (K, N)`` with a's rows evenly spaced as one, up
+    to 512 KiB), N >= 16 (the last block's columns past N masked), ``out`` contiguous, each
+    operand stored by rows or by columns. b's 16 columns are read in place when b is stored by
+    rows, else (a Linear's ``x @ W.T``) first turned into a panel of their own by the thread
+    that uses them (16 x 16 blocks turned in registers; ``own``: panels of the call's own, for
+    a bound call, else this Python thread's)."""
     if not (
         BLOCKED
         and type(a) is np.ndarray
@@ -233,13 +232,11 @@ def _blocked(a, b, out, own: bool = False):
         return None
     ta, lda = lay_a
     tb, ldb = lay_b
-    rows = np.minimum(np.arange(-(-m // _LANES) * _LANES), m - 1)  # past M: row M - 1, unused
     if ta == _NO_TRANS:  # a[r, j] at r*lda + j
-        offs, span, walk = rows * lda, (m - 1) * lda + k, (1, k, 0)
+        offs, span, walk = _row_offsets(m, lda), (m - 1) * lda + k, (1, k, 0)
     else:  # a[r, i] at r + i*lda
-        offs, span, walk = rows, (k - 1) * lda + m, (k, 1, lda)
+        offs, span, walk = _row_offsets(m, 1), (k - 1) * lda + m, (k, 1, lda)
     af = np.lib.stride_tricks.as_strided(a, (span,), (4,))
-    offs = offs.astype(np.int64)
     if tb == _NO_TRANS:
         bf = np.lib.stride_tricks.as_strided(b, ((k - 1) * ldb + n,), (4,))
         panels = _NO_PANELS
@@ -254,6 +251,15 @@ def _blocked(a, b, out, own: bool = False):
         return out
 
     return run
+
+
+@functools.lru_cache(maxsize=256)
+def _row_offsets(m: int, pitch: int) -> np.ndarray:
+    """Where each of a's M rows starts (``r * pitch``), up to a multiple of 16 rows (past M:
+    row M - 1's, whose results are not written); kept per shape (read-only)."""
+    rows = np.minimum(np.arange(-(-m // _LANES) * _LANES), m - 1).astype(np.int64) * pitch
+    rows.flags.writeable = False
+    return rows
 
 
 _KEPT = threading.local()  # this Python thread's panels by K, for the calls that bind nothing
