@@ -1,11 +1,12 @@
 """The register-blocked direct convolution kernels (``kernels/cpu/direct.py``) against the
 float64 references, over the geometries they take (strides 1 to 3, padding 0 to 2 and
-asymmetric, dilation, 1x1 to 5x5 kernels, row lengths that end mid-block, channel counts of
-16 to 48, batches that split unevenly into chunks); serial and parallel runs give the same
-bits; a plan's workspace holding other bytes changes nothing; an inf or NaN gives the
-references' result (or, in the input gradient's kernel, hands the call to the image-by-image
-kernels); the rule; and a layer through autodiff against float64 and PyTorch, compiled and
-eager alike."""
+asymmetric, dilation, 1x1 to 5x5 kernels, row lengths that end mid-block, output channels in
+sixteens, a last block of 8 or a block of 16 not filled, the dot products' weight gradient for
+few input channels with partial groups of channels and taps, batches that split unevenly into
+chunks); serial and parallel runs give the same bits; a plan's workspace holding other bytes
+changes nothing; an inf or NaN gives the references' result (or, in the input gradient's
+kernel, hands the call to the image-by-image kernels); the rules; the dispatchers; and layers
+through autodiff against float64 and PyTorch, compiled and eager alike."""
 
 from __future__ import annotations
 
@@ -29,7 +30,25 @@ GEOMETRIES = [
     (4, 32, 48, 14, 14, (1, 1), (2, 2), (0, 0), (1, 1), (7, 7)),  # its projection shortcut
     (3, 16, 16, 17, 19, (3, 3), (3, 2), (1, 2), (1, 1), (6, 11)),  # strides 3 and 2, uneven
     (2, 16, 16, 15, 15, (3, 3), (2, 2), (2, 2), (2, 2), (8, 8)),  # strided and dilated
+    # output channels not in sixteens: a last block of 8 (seed-cnn's 6 of 8, 16 + 8) or a block
+    # of 16 that 12 fill; the weight gradient as dot products for few input channels (groups of
+    # 6 channels and 3 taps, the last ones partial: 7 channels, 4 and 10 taps)
+    (17, 1, 6, 28, 28, (3, 3), (1, 1), (0, 0), (1, 1), (26, 26)),  # seed-cnn's
+    (3, 1, 7, 9, 20, (2, 2), (1, 1), (1, 0), (1, 1), (10, 19)),
+    (4, 2, 24, 12, 13, (5, 1), (2, 1), (2, 0), (1, 1), (6, 13)),  # strided
+    (3, 16, 12, 10, 14, (3, 3), (1, 1), (1, 1), (1, 1), (10, 14)),  # 16 channels: image by image
+    (2, 1, 16, 30, 30, (3, 3), (1, 1), (1, 1), (1, 1), (30, 30)),  # a ResNet stem's
 ]
+
+
+def _takes(x, w, geo):
+    """Which of (forward, input gradient, weight gradient) the direct kernels take."""
+    o, c = w.shape[:2]
+    return (
+        direct.used(o) >= direct.MIN_USED,
+        geo[0] == (1, 1) and c % direct.LANES == 0,
+        o % direct.LANES == 0 or c <= direct.DOTS_MAX_CHANNELS,
+    )
 
 
 def _case(geometry, seed=0):
@@ -42,17 +61,21 @@ def _case(geometry, seed=0):
 
 
 def _run(x, w, g, geo, scratch=None):
+    """The three kernels' results (None for a call a kernel refuses, its result untouched)."""
     res = np.full(g.shape, np.nan, x.dtype)
     gx, gw = np.full(x.shape, np.nan, x.dtype), np.full(w.shape, np.nan, x.dtype)
-    assert direct.direct_forward(x, w, res, *geo, scratch)
-    if geo[0] == (1, 1) and w.shape[1] % direct.LANES == 0:
-        assert direct.direct_input(g, w, gx, *geo, scratch)
-    else:  # a strided input gradient, or input channels not in sixteens, are not theirs
-        assert not direct.direct_input(g, w, gx, *geo, scratch)
-        assert np.isnan(gx).all()
-        gx = None
-    assert direct.direct_weight(x, g, gw, *geo, scratch)
-    return res, gx, gw
+    got = []
+    for out, kernel, args, takes in zip(
+        (res, gx, gw),
+        (direct.direct_forward, direct.direct_input, direct.direct_weight),
+        ((x, w), (g, w), (x, g)),
+        _takes(x, w, geo),
+    ):
+        assert kernel(*args, out, *geo, scratch) == takes
+        if not takes:
+            assert np.isnan(out).all()
+        got.append(out if takes else None)
+    return got
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES)
@@ -78,7 +101,7 @@ def test_serial_and_parallel_runs_give_the_same_bits(geometry, threads, monkeypa
         assert (a is None and b is None) or a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("geometry", [GEOMETRIES[3], GEOMETRIES[9]])
+@pytest.mark.parametrize("geometry", [GEOMETRIES[3], GEOMETRIES[9], GEOMETRIES[11], GEOMETRIES[13]])
 def test_a_workspace_holding_other_bytes_changes_nothing(geometry, leftover_workspace):
     x, w, g, geo = _case(geometry, seed=2)
     scratch = lambda key, shape, dtype=np.float32: leftover_workspace(key, shape, dtype)  # noqa: E731
@@ -87,35 +110,41 @@ def test_a_workspace_holding_other_bytes_changes_nothing(geometry, leftover_work
         leftover_workspace.refill(np.inf)
         for a, b in zip(fresh, _run(x, w, g, geo, scratch)):
             assert (a is None and b is None) or a.tobytes() == b.tobytes()
-    keys = {"direct_w", "direct_xp", "direct_gt", "direct_parts"}
+    keys = {"direct_w", "direct_w8", "direct_xp"}
+    keys |= (
+        {"direct_gt", "direct_parts"} if w.shape[0] % 16 == 0 else {"direct_dots", "direct_sums"}
+    )
     if fresh[1] is not None:
-        keys |= {"direct_wf", "direct_gp"}
+        keys |= {"direct_flipped_w", "direct_flipped_w8", "direct_flipped_xp"}
     assert keys <= set(leftover_workspace.kept)
 
 
+@pytest.mark.parametrize("geometry", [GEOMETRIES[0], GEOMETRIES[11]])
 @pytest.mark.parametrize("where", ["x", "w", "g"])
 @pytest.mark.parametrize("value", [np.inf, np.nan])
-def test_an_inf_or_nan_gives_the_references_result(where, value):
-    # every product the kernels form is one of the definition's, so an inf or NaN spreads as
-    # it does in the image-by-image kernels; only the input gradient's flipped kernel meets
-    # the padding's zeros (inf * 0), so a kernel that is not finite leaves that call to them
-    x, w, g, geo = _case(GEOMETRIES[0], seed=3)
+def test_an_inf_or_nan_gives_the_references_result(where, value, geometry):
+    # every product the kernels form is one of the definition's (or, in the dots' masked lanes,
+    # zero times zero), so an inf or NaN spreads as it does in the image-by-image kernels; only
+    # the input gradient's flipped kernel meets the padding's zeros (inf * 0), so a kernel that
+    # is not finite leaves that call to them
+    x, w, g, geo = _case(geometry, seed=3)
     operands = {"x": x, "w": w, "g": g}
-    operands[where][1, 2, 1, 1] = value
-    operands[where][0, 3, 0, 0] = value  # at a border: the padding's neighbour
+    operands[where][1, min(2, operands[where].shape[1] - 1), 1, 1] = value
+    operands[where][0, min(3, operands[where].shape[1] - 1), 0, 0] = value  # at a border
     calls = [  # (the dispatcher, the image kernel, the direct kernel, operands, result shape)
         (conv2d.conv_image_forward, by_image.conv_image_forward, direct.direct_forward, "xw"),
         (conv2d.conv_image_input, by_image.conv_image_input, direct.direct_input, "gw"),
         (conv2d.conv_image_weight, by_image.conv_image_weight, direct.direct_weight, "xg"),
     ]
     shapes = {"xw": g.shape, "gw": x.shape, "xg": w.shape}
+    takes = dict(zip(("xw", "gw", "xg"), _takes(x, w, geo)))
     with np.errstate(invalid="ignore"):
         for chosen, image, kernel, names in calls:
             args = [operands[k] for k in names]
             got, want = np.empty(shapes[names], np.float32), np.empty(shapes[names], np.float32)
             mine = np.full(shapes[names], -1.0, np.float32)
             served = kernel(*args, mine, *geo)
-            assert served == (names != "gw" or where != "w")
+            assert served == (takes[names] and (names != "gw" or where != "w"))
             chosen(*args, got, *geo)
             image(*args, want, *geo)
             assert np.array_equal(np.isnan(got), np.isnan(want))
@@ -175,16 +204,53 @@ def test_the_rule(monkeypatch):
     assert not direct.rows_pay(7, (64, 32, 3, 3), (2, 2))
     assert direct.rows_pay(28, (16, 16, 1, 1), (1, 1))
     assert not direct.rows_pay(14, (32, 16, 1, 1), (2, 2))
-    # the kernels refuse what they do not take (channels not in sixteens), leaving the result
-    # untouched: the dispatcher then runs the image-by-image kernels
+    # the forward's channel lanes: blocks of 16 and a last block of 8, 3/4 of them used
+    assert [direct.used(o) >= direct.MIN_USED for o in (6, 8, 12, 16, 20, 24, 28)] == [True] * 7
+    assert [direct.used(o) >= direct.MIN_USED for o in (1, 3, 4, 5, 9, 10, 17)] == [False] * 7
+    # the kernels refuse what they do not take, leaving the result untouched: the dispatcher
+    # then runs the image-by-image (or few-channel) kernels
     x, w, g, geo = _case(GEOMETRIES[4])  # 24 input channels, 16 output channels
     gx = np.full(x.shape, 7.0, np.float32)
     assert not direct.direct_input(g, w, gx, *geo) and (gx == 7).all()
-    res, gw = np.full((3, 24, 11, 12), 7.0, np.float32), np.full((24, 24, 5, 3), 7.0, np.float32)
-    x24 = np.zeros((3, 24, 11, 12), np.float32)
-    w24 = np.zeros((24, 24, 5, 3), np.float32)
-    assert not direct.direct_forward(x24, w24, res, *geo) and (res == 7).all()
-    assert not direct.direct_weight(x24, res, gw, *geo) and (gw == 7).all()
+    res, gw = np.full((3, 10, 11, 12), 7.0, np.float32), np.full((10, 24, 5, 3), 7.0, np.float32)
+    w10 = np.zeros((10, 24, 5, 3), np.float32)  # 10 output channels fill 10 of 16 lanes
+    assert not direct.direct_forward(x, w10, res, *geo) and (res == 7).all()
+    # 10 output channels from 24 input channels: the weight gradient is not the dots'
+    assert not direct.direct_weight(x, res, gw, *geo) and (gw == 7).all()
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_the_few_channel_dispatcher_takes_the_direct_kernels_where_they_apply(counted):
+    x, w, g, geo = _case(GEOMETRIES[11], seed=4)  # seed-cnn's: one channel to six, 3x3
+    want = conv2d.few_channels
+    res, gw = np.empty(g.shape, np.float32), np.empty_like(w)
+    conv2d.conv_few_forward(x, w, res, geo[1])
+    conv2d.conv_few_weight(x, g, gw, geo[1])
+    assert counted == ["direct_forward", "direct_weight"]
+    ref, gref = np.empty_like(res), np.empty_like(gw)
+    want.conv_few_forward(x, w, ref, geo[1])
+    want.conv_few_weight(x, g, gref, geo[1])
+    np.testing.assert_allclose(res, ref, rtol=0, atol=3e-6 * np.abs(ref).max())
+    np.testing.assert_allclose(gw, gref, rtol=0, atol=3e-6 * np.abs(gref).max())
+    # 4 output channels fill half a block of 8: the forward keeps the few-channel loops, the
+    # weight gradient takes the dots; float64 keeps both loops
+    conv2d.conv_few_forward(x, w[:4], res[:, :4].copy(), geo[1])
+    conv2d.conv_few_weight(x, g[:, :4].copy(), gw[:4].copy(), geo[1])
+    x64, w64, g64 = (a.astype(np.float64) for a in (x, w, g))
+    conv2d.conv_few_forward(x64, w64, np.empty(g.shape), geo[1])
+    conv2d.conv_few_weight(x64, g64, np.empty(w.shape), geo[1])
+    assert counted[2:] == ["direct_weight"]
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_seed_cnns_layer_through_autodiff_matches_float64_and_torch(
+    counted, conv_layer_matches_torch
+):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((9, 1, 28, 28)).astype(np.float32)
+    w = (rng.standard_normal((6, 1, 3, 3)) / 3).astype(np.float32)
+    conv_layer_matches_torch(x, w, rng.standard_normal(6).astype(np.float32), 0)
+    assert sorted(counted) == ["direct_forward", "direct_weight"]
 
 
 @pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")

@@ -292,3 +292,45 @@ def test_the_elementwise_parallel_loops_load_from_the_cache_in_a_second_process(
     assert runs[1].stdout.split() == ["hit"] * 4
     data = sorted(tmp_path.rglob("special._chunked.locals.run-*.nbc"))
     assert len(data) == 4, data  # one entry per body, not per process
+
+
+_STALE = """
+import sys
+import numpy as np
+import tapegrad.autodiff.kernels.jit as jit
+if sys.argv[1] == "edited":  # as if a kernel source file (a module a kernel inlines) had changed
+    jit.sources_digest = lambda: "another version of the kernels' sources"
+from tapegrad.autodiff.kernels.cpu import columns, optim
+n = 1 << 16
+p, g, m, v = (np.ones(n, np.float32) for _ in range(4))
+scratch = (np.empty(n, np.float32), np.empty(n, np.float32))
+kw = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0, decoupled=False, step=1)
+optim.adam_update(p, g, m, v, None, scratch, **kw)
+assert columns.all_finite(p)
+for kernel in (optim._adam_parallel, columns.all_finite):
+    print(kernel.stats.cache_hits and "hit" or "compiled")
+"""
+
+
+def test_a_kernel_cached_from_other_sources_is_compiled_again(tmp_path):
+    """numba checks a cached function against its own file only: a kernel whose inner loops
+    come from another module (``microkernels.py``'s intrinsics) loaded code built from that
+    module's old version after an edit or an upgrade. Cache entries are keyed by a digest of all
+    the kernels' sources too: a process whose digest differs compiles again, and one whose
+    digest matches the first loads the first's code."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="2")
+
+    def run(version):
+        r = subprocess.run(
+            [sys.executable, "-c", _STALE, version],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout.split()
+
+    assert run("first") == ["compiled", "compiled"]
+    assert run("edited") == ["compiled", "compiled"]
+    assert run("first") == ["hit", "hit"]

@@ -18,10 +18,18 @@ one compilation instead of one each. Variants already in memory take no lock.
 The wait is bounded (``TAPEGRAD_KERNEL_LOCK_TIMEOUT`` seconds, default 120): past it (the
 holder is stopped or hung) the variant is compiled without the disk cache, correct but not
 saved, and one warning says so. ``TAPEGRAD_KERNEL_LOCK=0`` turns the lock off (for measuring).
+
+numba checks a cached function against its own source file only, so a kernel whose inner loops
+come from another module (``cpu/microkernels.py``'s intrinsics, a body inlined from a helper)
+would load machine code built from that module's old version. Every cache entry is therefore
+also keyed by :func:`sources_digest`, a hash of every source file of this kernels package: an
+upgrade or an edit of any of them compiles the kernels again instead of running stale code.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import sys
 import time
@@ -37,7 +45,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["cached_jit", "lock_timeout"]
+__all__ = ["cached_jit", "lock_timeout", "sources_digest"]
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -50,6 +58,31 @@ def lock_timeout() -> float:
     except ValueError:
         return DEFAULT_TIMEOUT
     return value if value >= 0 else DEFAULT_TIMEOUT
+
+
+@functools.lru_cache(maxsize=1)
+def sources_digest() -> str:
+    """A hash of the names and contents of every ``.py`` file of this kernels package (read
+    once a process: a few milliseconds)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def _keyed_by_sources(dispatcher) -> None:
+    """Key ``dispatcher``'s cache entries by :func:`sources_digest` too (see the module)."""
+    cache = dispatcher._cache
+    index_key = getattr(cache, "_index_key", None)
+    if index_key is None:  # pragma: no cover - another numba's layout
+        return
+    cache._index_key = lambda sig, codegen: (*index_key(sig, codegen), sources_digest())
 
 
 def _enabled() -> bool:
@@ -170,6 +203,7 @@ def cached_jit(fn=None, **options):
     def make(f):
         dispatcher = numba.njit(**options)(f)
         if options["cache"]:
+            _keyed_by_sources(dispatcher)
             _guard(dispatcher)
         return dispatcher
 

@@ -13,9 +13,15 @@ from .bias import add_channel_bias, add_into, add_taps
 from .by_image import conv_by_image
 from .columns import col2im, im2col, im2col_whole_batch
 from .conv import conv_backward, direct_layout_ok
-from .conv2d import conv_image_forward, conv_image_input, conv_image_weight
+from .conv2d import (
+    conv_few_forward,
+    conv_few_weight,
+    conv_image_forward,
+    conv_image_input,
+    conv_image_weight,
+)
 from .elman import rnn_scan_backward, rnn_scan_forward
-from .few_channels import conv_few_channels, conv_few_forward, conv_few_weight
+from .few_channels import conv_few_channels
 from .fused import (
     bias_relu_backward,
     bias_relu_forward,

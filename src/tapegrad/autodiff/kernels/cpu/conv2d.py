@@ -10,7 +10,7 @@ one. Each function has ``by_image``'s signature.
 
 from __future__ import annotations
 
-from . import by_image, direct, winograd
+from . import by_image, direct, few_channels, winograd
 
 
 def _winograd(dtype, w_shape, stride, dilation, out_shape) -> bool:
@@ -51,3 +51,21 @@ def conv_image_weight(x, g, gw, stride, padding, dilation, scratch=None) -> None
         if direct.direct_weight(x, g, gw, stride, padding, dilation, scratch):
             return
     by_image.conv_image_weight(x, g, gw, stride, padding, dilation, scratch)
+
+
+def conv_few_forward(x, w, res, padding, scratch=None) -> None:
+    """``res`` <- conv(x, w) at stride 1 for few input channels (``few_channels.py``'s kind):
+    the direct blocks where they take the call, else ``few_channels.py``'s loops."""
+    if direct.applies(x.dtype, 1) and direct.rows_pay(res.shape[3], w.shape, (1, 1)):
+        if direct.direct_forward(x, w, res, (1, 1), padding, (1, 1), scratch):
+            return
+    few_channels.conv_few_forward(x, w, res, padding, scratch)
+
+
+def conv_few_weight(x, g, gw, padding, scratch=None) -> None:
+    """``gw`` <- the weight's gradient at stride 1 for few input channels: the direct kernels'
+    blocks or dot products where they take the call, else ``few_channels.py``'s loops."""
+    if direct.applies(x.dtype, 1):
+        if direct.direct_weight(x, g, gw, (1, 1), padding, (1, 1), scratch):
+            return
+    few_channels.conv_few_weight(x, g, gw, padding, scratch)

@@ -49,6 +49,13 @@ PARALLEL_MIN_SIZE = 1 << 14
 MIN_WIDTH = 12
 # the weight gradient's images are summed in at most this many chunks (fixed per batch size)
 WEIGHT_CHUNKS = 16
+# the least share of the forward's channel lanes that must hold an output channel (a block of 16
+# or, for the last channels, of 8: seed-cnn's 6 channels fill 6 of 8)
+MIN_USED = 0.75
+# up to how many input channels the weight gradient of O not a multiple of 16 runs as dot
+# products (seed-cnn's one channel: 97 us against 140 for few_channels.py's loops; 16 channels
+# by 8: 2.2 ms against 1.5 for the image-by-image products, so those keep theirs)
+DOTS_MAX_CHANNELS = 15
 
 
 def applies(x_dtype, groups: int) -> bool:
@@ -73,7 +80,15 @@ if AVAILABLE:
     from ..jit import cached_jit
     from .columns import all_finite, fill_padded
     from .loops import thread_loops, threaded
-    from .microkernels import product_block, transposed, window_block
+    from .microkernels import (
+        DOT_CHANNELS,
+        DOT_TAPS,
+        product_block,
+        transposed,
+        window_block,
+        window_block8,
+        window_dots,
+    )
 
     _opts = dict(boundscheck=False, nogil=True)
 
@@ -102,21 +117,35 @@ if AVAILABLE:
                         dst[at + k] = src[start + k * step]
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _forward_image(t, x, wpk, offs, res, xps, sh, ph, pw, n):  # pragma: no cover
-        """Image n: xps[t] <- its padded columns by phase; res[n] <- the blocks, row by row."""
+    def _forward_image(t, x, wpk, w8, offs, res, xps, sh, ph, pw, n):  # pragma: no cover
+        """Image n: xps[t] <- its padded columns by phase; res[n] <- the blocks, row by row
+        (wpk's blocks of 16 channels, then w8's block of 8 where it has one)."""
         xp = xps[t]
         _fill(x, n, xp, ph, pw)
         flat, out = xp.ravel(), res[n].ravel()
-        oh_, ow_ = res.shape[2], res.shape[3]
+        o, oh_, ow_ = res.shape[1], res.shape[2], res.shape[3]
         step = sh * xp.shape[2] * xp.shape[3]  # an output row's input rows apart
         plane = oh_ * ow_
         for ob in range(wpk.shape[0]):
             w = wpk[ob].ravel()
             at = ob * LANES * plane
+            stored = min(LANES, o - ob * LANES)
             for i in range(oh_):
                 for s in range(0, ow_, LANES):
                     count = min(LANES, ow_ - s)
-                    window_block(flat, i * step + s, offs, w, out, at + i * ow_ + s, plane, count)
+                    window_block(
+                        flat, i * step + s, offs, w, out, at + i * ow_ + s, plane, count, stored
+                    )
+        if w8.size:
+            w = w8.ravel()
+            at = wpk.shape[0] * LANES * plane
+            stored = o - wpk.shape[0] * LANES
+            for i in range(oh_):
+                for s in range(0, ow_, LANES):
+                    count = min(LANES, ow_ - s)
+                    window_block8(
+                        flat, i * step + s, offs, w, out, at + i * ow_ + s, plane, count, stored
+                    )
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _weight_chunk(t, x, g, parts, offs, xps, gts, size, sh, ph, pw, k):  # pragma: no cover
@@ -154,7 +183,35 @@ if AVAILABLE:
                         LANES,
                     )
 
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _dots_chunk(t, x, g, parts, offs, xps, size, sh, ph, pw, k):  # pragma: no cover
+        """parts[k] (channel groups, tap groups, 3*9*16) <- the lanes of the sums over chunk
+        k's images of their weight gradients' dot products (``window_dots``)."""
+        xp = xps[t]
+        o, oh_, ow_ = g.shape[1], g.shape[2], g.shape[3]
+        step = sh * xp.shape[2] * xp.shape[3]
+        plane = oh_ * ow_
+        taps = offs.size
+        flat, part = xp.ravel(), parts[k]
+        part[...] = 0
+        first = k * size
+        for n in range(first, min(x.shape[0], first + size)):
+            _fill(x, n, xp, ph, pw)
+            image = g[n].ravel()
+            for cg in range(part.shape[0]):
+                c0 = cg * DOT_CHANNELS
+                stored = min(DOT_CHANNELS, o - c0)
+                for tg in range(part.shape[1]):
+                    t0 = tg * DOT_TAPS
+                    count = min(DOT_TAPS, taps - t0)
+                    acc = part[cg, tg]
+                    window_dots(
+                        flat, 0, step, offs, t0, count, image, c0 * plane, ow_, plane, stored,
+                        oh_, ow_, acc, 0,
+                    )  # fmt: skip
+
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
+    _dots, _dots_parallel = thread_loops(_dots_chunk, **_opts)
     _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)
 
     def _buffer(scratch, key, shape, dtype=np.float32, zero=False):
@@ -189,31 +246,51 @@ if AVAILABLE:
         count = numba.get_num_threads()
         return count if threaded(tasks, entries, PARALLEL_MIN_SIZE) else 1
 
-    def _run_forward(x, wpk, res, ksize, stride, padding, dilation, scratch, key) -> None:
+    def _run_forward(x, w, res, stride, padding, dilation, scratch, key) -> None:
         n, c = x.shape[:2]
-        o = wpk.shape[0] * LANES
+        o, ksize = res.shape[1], w.shape[2:]
+        wpk, w8 = _packed(w, scratch, key + "_w")
         padded = _padded(c, ksize, res.shape[2:], stride, dilation)
         offs = _offsets(c, tuple(ksize), padded, tuple(dilation))
         threads = _threads(n, n * o * res[0, 0].size)
-        xps = _buffer(scratch, key, (threads, *padded), zero=True)
+        xps = _buffer(scratch, key + "_xp", (threads, *padded), zero=True)
         run = _forward_parallel if threads > 1 else _forward
-        run(n, np.ascontiguousarray(x), wpk, offs, res, xps, stride[0], *padding)
+        run(n, np.ascontiguousarray(x), wpk, w8, offs, res, xps, stride[0], *padding)
+
+    def _blocks(o: int) -> tuple:
+        """(blocks of 16, channels of a last block of 8) for o output channels: o's last
+        channels past a multiple of 16 take a block of 8 where they fit one."""
+        tail = o % LANES
+        return (o // LANES, tail) if 0 < tail <= LANES // 2 else (-(-o // LANES), 0)
+
+    def used(o: int) -> float:
+        """The share of the forward's block lanes that hold one of o channels."""
+        full, tail = _blocks(o)
+        return o / (full * LANES + (LANES // 2 if tail else 0))
 
     def _packed(w, scratch, key):
-        """w (O, C, KH, KW) as (O/16, C*KH*KW, 16): a block's weights of a tap contiguous."""
-        o = w.shape[0]
-        shape = (o // LANES, math.prod(w.shape[1:]), LANES)
-        wpk = _buffer(scratch, key, shape)
-        np.copyto(wpk, w.reshape(o // LANES, LANES, -1).transpose(0, 2, 1))
-        return wpk
+        """w (O, C, KH, KW) as (blocks, C*KH*KW, 16) and (C*KH*KW, 8): a block's weights of a
+        tap contiguous, the channels past O zero (the second empty where O's last channels take
+        a block of 16)."""
+        o, taps = w.shape[0], math.prod(w.shape[1:])
+        full, tail = _blocks(o)
+        wpk = _buffer(scratch, key, (full, taps, LANES), zero=o % LANES > 0 and not tail)
+        w8 = _buffer(scratch, key + "8", (taps, LANES // 2 if tail else 0), zero=True)
+        flat = w.reshape(o, taps)
+        whole = min(o, full * LANES) // LANES * LANES
+        np.copyto(wpk[: whole // LANES], flat[:whole].reshape(-1, LANES, taps).transpose(0, 2, 1))
+        if whole < min(o, full * LANES):  # a last block of 16 that O does not fill
+            np.copyto(wpk[-1, :, : o - whole], flat[whole:].T)
+        if tail:
+            np.copyto(w8[:, :tail], flat[full * LANES :].T)
+        return wpk, w8
 
     def direct_forward(x, w, res, stride, padding, dilation, scratch=None) -> bool:
         """``res`` (N, O, OH, OW, C-contiguous) <- conv(x, w); False (``res`` untouched) where
-        O is not a multiple of ``LANES``."""
-        if w.shape[0] % LANES:
+        fewer than ``MIN_USED`` of the blocks' channel lanes would hold one of O's."""
+        if used(w.shape[0]) < MIN_USED:
             return False
-        wpk = _packed(w, scratch, "direct_w")
-        _run_forward(x, wpk, res, w.shape[2:], stride, padding, dilation, scratch, "direct_xp")
+        _run_forward(x, w, res, stride, padding, dilation, scratch, "direct")
         return True
 
     def direct_input(g, w, gx, stride, padding, dilation, scratch=None) -> bool:
@@ -226,31 +303,48 @@ if AVAILABLE:
             return False
         if not all_finite(np.ascontiguousarray(w)):
             return False
-        wpk = _packed(w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), scratch, "direct_wf")
-        _run_forward(g, wpk, gx, w.shape[2:], stride, flipped, dilation, scratch, "direct_gp")
+        wf = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+        _run_forward(g, wf, gx, stride, flipped, dilation, scratch, "direct_flipped")
         return True
 
     def direct_weight(x, g, gw, stride, padding, dilation, scratch=None) -> bool:
-        """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv(x, w) for g;
-        False (``gw`` untouched) where O is not a multiple of ``LANES``."""
-        if gw.shape[0] % LANES:
-            return False
+        """``gw`` (O, C, KH, KW, C-contiguous) <- the weight's gradient of conv(x, w) for g:
+        blocks of 16 taps by 16 channels where O is a multiple of ``LANES``, else, for up to
+        ``DOTS_MAX_CHANNELS`` input channels, the dot products of ``window_dots``; False
+        (``gw`` untouched) for the others."""
         n, c = x.shape[:2]
         o = g.shape[1]
+        if o % LANES and c > DOTS_MAX_CHANNELS:
+            return False
         padded = _padded(c, gw.shape[2:], g.shape[2:], stride, dilation)
-        offs = _offsets(c, gw.shape[2:], padded, tuple(dilation), LANES)
+        blocks = o % LANES == 0
+        offs = _offsets(c, gw.shape[2:], padded, tuple(dilation), LANES if blocks else 1)
         size = -(-n // WEIGHT_CHUNKS)  # images per chunk: fixed per batch size
         chunks = -(-n // size)
         threads = _threads(chunks, n * g[0].size)
         xps = _buffer(scratch, "direct_xp", (threads, *padded), zero=True)
-        gts = _buffer(scratch, "direct_gt", (threads, g[0, 0].size + LANES, o))
-        parts = _buffer(scratch, "direct_parts", (chunks, offs.size, o))
         x, g = np.ascontiguousarray(x), np.ascontiguousarray(g)
-        run = _weight_parallel if threads > 1 else _weight
-        run(chunks, x, g, parts, offs, xps, gts, size, stride[0], *padding)
+        taps = math.prod(gw.shape[1:])
+        if blocks:
+            gts = _buffer(scratch, "direct_gt", (threads, g[0, 0].size + LANES, o))
+            parts = _buffer(scratch, "direct_parts", (chunks, offs.size, o))
+            run = _weight_parallel if threads > 1 else _weight
+            run(chunks, x, g, parts, offs, xps, gts, size, stride[0], *padding)
+        else:
+            cg, tg = -(-o // DOT_CHANNELS), -(-taps // DOT_TAPS)
+            lanes = DOT_CHANNELS * DOT_TAPS * LANES
+            parts = _buffer(scratch, "direct_dots", (chunks, cg, tg, lanes))
+            run = _dots_parallel if threads > 1 else _dots
+            run(chunks, x, g, parts, offs, xps, size, stride[0], *padding)
         total = parts[0]
         for k in range(1, chunks):  # chunk order: the same bits on any thread count
             np.add(total, parts[k], out=total)
-        taps = math.prod(gw.shape[1:])
-        np.copyto(gw.reshape(o, taps), total[:taps].T)
+        if blocks:
+            np.copyto(gw.reshape(o, taps), total[:taps].T)
+            return True
+        sums = _buffer(scratch, "direct_sums", (cg, DOT_CHANNELS, tg, DOT_TAPS))
+        np.sum(total.reshape(cg, tg, DOT_CHANNELS, DOT_TAPS, LANES), axis=-1,
+               out=sums.transpose(0, 2, 1, 3))  # fmt: skip
+        flat = sums.reshape(cg * DOT_CHANNELS, tg * DOT_TAPS)
+        np.copyto(gw.reshape(o, taps), flat[:o, :taps])
         return True

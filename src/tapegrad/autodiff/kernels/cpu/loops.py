@@ -11,34 +11,37 @@ the two give the same bits whatever the thread count; a kernel picks one by size
 from __future__ import annotations
 
 import hashlib
-import inspect
 
 import numba
 
+from .. import jit
 from ..jit import cached_jit
 
 
 def keyed_by_body(loops: tuple, body, opts: dict) -> tuple:
-    """``loops`` with their disk cache keyed by ``body``'s name and source file.
+    """``loops`` with their disk cache keyed by ``body``'s name and the kernels' sources.
 
     numba keys a cached closure by its closed-over values, pickled; a dispatcher pickles with a
     random per-process UUID (and the OpenBLAS externals a kernel calls pickle differently in
     each process), so these loops never found their cached code: every process compiled each
     loop again on its first call (1-3 s apiece) and added one more entry to the cache. The key
-    is the loop's bytecode, the body's module, name and options, and a hash of the body's
-    source file, so an edited body gets new loops (numba's own cache follows a function's file
-    likewise)."""
+    is the loop's bytecode, the body's module, name and options, and the hash of every kernel
+    source file (``jit.sources_digest``: the body's own and the modules it inlines, such as
+    ``microkernels.py``), so an edited body or helper gets new loops."""
     py = body.py_func
-    with open(inspect.getsourcefile(py), "rb") as f:
-        source = hashlib.sha256(f.read()).hexdigest()
-    identity = f"{py.__module__}.{py.__qualname__}:{sorted(opts.items())!r}:{source}"
+    identity = f"{py.__module__}.{py.__qualname__}:{sorted(opts.items())!r}"
     body_key = hashlib.sha256(identity.encode()).hexdigest()
     for loop in loops:
         cache = getattr(loop, "_cache", None)
         if cache is None or not hasattr(cache, "_index_key"):  # pragma: no cover - no disk cache
             continue
         keys = (hashlib.sha256(loop.py_func.__code__.co_code).hexdigest(), body_key)
-        cache._index_key = lambda sig, codegen, keys=keys: (sig, codegen.magic_tuple(), keys)
+        cache._index_key = lambda sig, codegen, keys=keys: (
+            sig,
+            codegen.magic_tuple(),
+            keys,
+            jit.sources_digest(),
+        )
     return loops
 
 

@@ -103,39 +103,136 @@ if AVAILABLE:
             for a in arrays
         )
 
-    @intrinsic
-    def window_block(typingctx, x, start, offs, w, out, at, pitch, count):
-        """``out[at + o*pitch + i] = sum_j w[j*16 + o] * x[offs[j] + start + i]`` for o, i < 16
-        (i < count: the rest neither read nor written); offs (J,) int64, w (J*16,) float32."""
-        if not (_float32_c(x, w, out) and isinstance(offs, types.Array)):
-            return None
-        sig = types.void(x, start, offs, w, out, at, pitch, count)
+    def _window(channels: int):
+        """The ``window_block`` intrinsic with ``channels`` accumulators (16 or 8)."""
 
-        def codegen(context, builder, sig, args):
-            xa, start, oa, wa, ra, at, pitch, count = args
-            xd, od, wd, rd = (
-                _data(context, builder, t, v)
-                for t, v in zip(
-                    (sig.args[0], sig.args[2], sig.args[3], sig.args[4]), (xa, oa, wa, ra)
+        @intrinsic
+        def window(typingctx, x, start, offs, w, out, at, pitch, count, stored):
+            if not (_float32_c(x, w, out) and isinstance(offs, types.Array)):
+                return None
+            sig = types.void(x, start, offs, w, out, at, pitch, count, stored)
+
+            def codegen(context, builder, sig, args):
+                xa, start, oa, wa, ra, at, pitch, count, stored = args
+                xd, od, wd, rd = (
+                    _data(context, builder, t, v)
+                    for t, v in zip(
+                        (sig.args[0], sig.args[2], sig.args[3], sig.args[4]), (xa, oa, wa, ra)
+                    )
                 )
-            )
-            taps = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=oa).nitems
-            mask = _first(builder, count)
-            accs = [cgutils.alloca_once_value(builder, _ZERO) for _ in range(LANES)]
-            with cgutils.for_range(builder, taps) as loop:
-                j = loop.index
-                off = builder.add(builder.load(builder.gep(od, [j])), start)
-                xv = _masked_load(builder, _vector_at(builder, xd, off), mask)
-                row = builder.gep(wd, [builder.mul(j, ir.Constant(j.type, LANES))])
+                taps = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=oa).nitems
+                mask = _first(builder, count)
+                accs = [cgutils.alloca_once_value(builder, _ZERO) for _ in range(channels)]
+                with cgutils.for_range(builder, taps) as loop:
+                    j = loop.index
+                    off = builder.add(builder.load(builder.gep(od, [j])), start)
+                    xv = _masked_load(builder, _vector_at(builder, xd, off), mask)
+                    row = builder.gep(wd, [builder.mul(j, ir.Constant(j.type, channels))])
+                    for o, acc in enumerate(accs):
+                        at_o = builder.gep(row, [ir.Constant(j.type, o)])
+                        wv = _splat(builder, builder.load(at_o))
+                        builder.store(_fma(builder, wv, xv, builder.load(acc)), acc)
                 for o, acc in enumerate(accs):
-                    wv = _splat(builder, builder.load(builder.gep(row, [ir.Constant(j.type, o)])))
-                    builder.store(_fma(builder, wv, xv, builder.load(acc)), acc)
-            for o, acc in enumerate(accs):
-                where = builder.add(at, builder.mul(ir.Constant(pitch.type, o), pitch))
-                _masked_store(builder, builder.load(acc), _vector_at(builder, rd, where), mask)
-            return context.get_dummy_value()
+                    with builder.if_then(builder.icmp_signed("<", stored.type(o), stored)):
+                        where = builder.add(at, builder.mul(ir.Constant(pitch.type, o), pitch))
+                        slot = _vector_at(builder, rd, where)
+                        _masked_store(builder, builder.load(acc), slot, mask)
+                return context.get_dummy_value()
 
-        return sig, codegen
+            return sig, codegen
+
+        return window
+
+    window_block = _window(LANES)
+    window_block.__doc__ = """``out[at + o*pitch + i] = sum_j w[j*16 + o] * x[offs[j] + start +
+        i]`` for i < count and o < stored (both <= 16: the other lanes neither read nor
+        written, the other channels' sums not stored); offs (J,) int64, w (J*16,) float32."""
+    window_block8 = _window(LANES // 2)
+    window_block8.__doc__ = """``window_block`` for 8 channels: w (J*8,), o < stored <= 8."""
+
+    def _dots(channels: int, taps: int):
+        """The ``window_dots`` intrinsic for ``channels`` x ``taps`` accumulators."""
+
+        @intrinsic
+        def dots(typingctx, x, x0, xstep, offs, first, count, g, g0, gstep, gpitch, stored,
+                 rows, width, acc, a0):  # fmt: skip
+            if not (_float32_c(x, g, acc) and isinstance(offs, types.Array)):
+                return None
+            sig = types.void(
+                x, x0, xstep, offs, first, count, g, g0, gstep, gpitch, stored, rows, width,
+                acc, a0,
+            )  # fmt: skip
+
+            def codegen(context, builder, sig, args):
+                (xa, x0, xstep, oa, first, count, ga, g0, gstep, gpitch, stored, rows, width,
+                 aa, a0) = args  # fmt: skip
+                xd, od, gd, ad = (
+                    _data(context, builder, t, v)
+                    for t, v in zip(
+                        (sig.args[0], sig.args[3], sig.args[6], sig.args[13]), (xa, oa, ga, aa)
+                    )
+                )
+                i64 = x0.type
+                last_tap = builder.sub(count, i64(1))
+                last_row = builder.sub(stored, i64(1))
+                xs, gs = [], []  # where each tap's window and each channel's plane start
+                for t in range(taps):
+                    tap = builder.select(builder.icmp_signed("<", i64(t), count), i64(t), last_tap)
+                    off = builder.load(builder.gep(od, [builder.add(first, tap)]))
+                    xs.append(builder.add(off, x0))
+                for r in range(channels):
+                    row = builder.select(builder.icmp_signed("<", i64(r), stored), i64(r), last_row)
+                    gs.append(builder.add(g0, builder.mul(row, gpitch)))
+                accs = [
+                    [cgutils.alloca_once_value(builder, _ZERO) for _ in range(taps)]
+                    for _ in range(channels)
+                ]
+                blocks = builder.sdiv(builder.add(width, i64(LANES - 1)), i64(LANES))
+                with cgutils.for_range(builder, rows) as row:
+                    xrow = builder.mul(row.index, xstep)
+                    grow = builder.mul(row.index, gstep)
+                    with cgutils.for_range(builder, blocks) as block:
+                        s = builder.mul(block.index, i64(LANES))
+                        mask = _first(builder, builder.sub(width, s))
+                        xat = builder.add(xrow, s)
+                        gat = builder.add(grow, s)
+                        gv = [
+                            _masked_load(
+                                builder, _vector_at(builder, gd, builder.add(b, gat)), mask
+                            )
+                            for b in gs
+                        ]
+                        for t in range(taps):
+                            where = _vector_at(builder, xd, builder.add(xs[t], xat))
+                            xv = _masked_load(builder, where, mask)
+                            for r in range(channels):
+                                acc = accs[r][t]
+                                builder.store(_fma(builder, gv[r], xv, builder.load(acc)), acc)
+                for r in range(channels):
+                    with builder.if_then(builder.icmp_signed("<", i64(r), stored)):
+                        for t in range(taps):
+                            with builder.if_then(builder.icmp_signed("<", i64(t), count)):
+                                at = builder.add(a0, i64((r * taps + t) * LANES))
+                                slot = _vector_at(builder, ad, at)
+                                total = builder.fadd(
+                                    builder.load(slot, align=4), builder.load(accs[r][t])
+                                )
+                                builder.store(total, slot, align=4)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return dots
+
+    # the weight gradient's channels and taps a call (27 accumulators of the 32 registers)
+    DOT_CHANNELS, DOT_TAPS = 6, 3
+    window_dots = _dots(DOT_CHANNELS, DOT_TAPS)
+    window_dots.__doc__ = """For r < stored <= 3 and t < count <= 9: ``acc[a0 + (r*9 + t)*16 +
+        l] +=`` the sum over rows i < ``rows`` and positions s < ``width`` with s % 16 == l, in
+        that order, of ``g[g0 + r*gpitch + i*gstep + s] * x[offs[first + t] + x0 + i*xstep +
+        s]``: 16 lanes of the dot products of 3 channels' output gradients with 9 taps' windows
+        (the channels and taps past ``stored`` and ``count`` computed again from the last
+        ones' data and not stored)."""
 
     @intrinsic
     def product_block(
