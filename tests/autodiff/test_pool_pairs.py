@@ -1,8 +1,10 @@
 """The pairs (``kernels/cpu/pool.py``: 2x2 windows at stride 2 over planes of even width, in a
-row pass and a window pass) against the NumPy references, bit for bit: plain and with ReLU,
-float32 and float64, ties (the first offset, row-major), a trailing row no window reads, NaN
-(each window's first), inf, -0.0, planes in many chunks; serial and parallel runs give the
-same bits; buffers holding other bytes change nothing; the rule says which pools take them."""
+row pass and a window pass, or for float32 a row pair at a time in 512-bit vectors,
+``microkernels.pool_pairs``) against the NumPy references, bit for bit, both paths: plain and
+with ReLU, float32 and float64, ties (the first offset, row-major), a trailing row no window
+reads, rows of several vectors and a part of one, NaN (each window's first), inf, -0.0, planes
+in many chunks; serial and parallel runs give the same bits; buffers holding other bytes change
+nothing; the rule says which pools take them."""
 
 from __future__ import annotations
 
@@ -11,8 +13,17 @@ import pytest
 
 from tapegrad.autodiff.kernels.cpu import pool
 
-# (M, H, W) planes: seed-cnn's, a trailing row, one window, no planes, many chunks
-SHAPES = [(600, 26, 26), (7, 9, 6), (3, 2, 2), (0, 4, 4), (64, 32, 32)]
+# (M, H, W) planes: seed-cnn's, a trailing row, one window, no planes, many chunks, a row of
+# 16 + 4 windows (a vector and part of one)
+SHAPES = [(600, 26, 26), (7, 9, 6), (3, 2, 2), (0, 4, 4), (64, 32, 32), (5, 6, 40)]
+
+
+@pytest.fixture(params=["vectors", "pairs"])
+def path(request, monkeypatch):
+    """Both float32 paths: a row pair in 512-bit vectors (where numba compiles for AVX-512;
+    elsewhere LLVM splits its vectors, the same arithmetic) and the two passes."""
+    monkeypatch.setattr(pool, "WIDE", request.param == "vectors")
+    return request.param
 
 
 def _planes(shape, dtype, seed=0):
@@ -63,7 +74,7 @@ def _same_bits(a, b):
 @pytest.mark.parametrize("relu", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_the_pairs_match_the_references_bit_for_bit(shape, dtype, relu):
+def test_the_pairs_match_the_references_bit_for_bit(shape, dtype, relu, path):
     assert pool.pairs_apply((2, 2), (2, 2), (1, 1), shape[2])
     x = _planes(shape, dtype)
     out, arg = _forward(x, relu)
@@ -76,7 +87,7 @@ def test_the_pairs_match_the_references_bit_for_bit(shape, dtype, relu):
 
 
 @pytest.mark.parametrize("relu", [True, False])
-def test_nan_inf_and_negative_zero_reach_what_they_reach_in_the_references(relu, monkeypatch):
+def test_nan_inf_and_negative_zero_reach_what_they_reach_in_the_references(relu, monkeypatch, path):
     monkeypatch.setattr(pool, "PAIRS_CHUNK", 64)  # one plane a chunk: NaN redone chunk by chunk
     x = _planes((40, 10, 12), np.float32, seed=2)
     x[0, 1, 1] = np.nan  # the window's last entry
@@ -97,9 +108,10 @@ def test_nan_inf_and_negative_zero_reach_what_they_reach_in_the_references(relu,
     _same_bits(got, _reference_backward(g, arg, out, x.shape, relu))
 
 
-def test_serial_and_parallel_runs_give_the_same_bits(threads):
-    x = _planes((300, 26, 26), np.float64, seed=4)
-    g = np.random.default_rng(5).standard_normal((300, 13, 13))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_serial_and_parallel_runs_give_the_same_bits(threads, dtype, path):
+    x = _planes((300, 26, 26), dtype, seed=4)
+    g = np.random.default_rng(5).standard_normal((300, 13, 13)).astype(dtype)
     runs = []
     for n in (1, 2):
         threads(n)
@@ -109,7 +121,7 @@ def test_serial_and_parallel_runs_give_the_same_bits(threads):
         _same_bits(a, b)
 
 
-def test_buffers_holding_other_bytes_change_nothing():
+def test_buffers_holding_other_bytes_change_nothing(path):
     kept = {}
 
     def scratch(key, shape, dtype):  # a plan's workspace: the same arrays call after call

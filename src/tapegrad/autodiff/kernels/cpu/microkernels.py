@@ -1,17 +1,25 @@
-"""Register-blocked inner loops written in LLVM's IR (numba intrinsics), for float32 kernels
-whose accumulators must stay in vector registers (numba's own loops keep them in memory):
+"""Inner loops written in LLVM's IR (numba intrinsics), for float32 kernels whose accumulators
+must stay in vector registers (numba's own loops keep them in memory) or whose lanes must be
+shuffled (numba's loops over strided entries run scalar):
 
-* ``window_block``: 16 output channels by 16 consecutive positions, summed over taps whose
-  windows start at ``offs`` (one vector load and 16 fused multiply-adds a tap, the channels'
-  weights broadcast from memory); the positions past ``count`` masked (neither read nor
-  written). The direct convolution's forward (``direct.py``).
+* ``window_block`` (``window_block8``): 16 (8) output channels by 16 consecutive positions,
+  summed over taps whose windows start at ``offs`` (one vector load and 16 (8) fused
+  multiply-adds a tap, the channels' weights broadcast from memory); the positions past
+  ``count`` masked (neither read nor written), the channels past ``stored`` not stored. The
+  direct convolution's forward (``direct.py``).
 * ``product_block``: 16 rows by 16 columns of a product ``A @ B`` over a 2-level range of K
   (rows of A start at ``offs``; B's rows are contiguous vectors), onto what the output holds
   or from zero: the direct convolution's weight gradient. (Winograd's products, K = 32 or 64
   over 128 tiles, ran no faster this way than in OpenBLAS, with the same bits: its kernel
   sums K in order too.)
+* ``window_dots``: 16-lane sums of 6 channels' output gradients times 3 taps' windows over
+  whole rows of an image: the weight gradient for few input channels and output channels not
+  in sixteens (``direct.py``).
 * ``transposed``: a 16 x 16 block of a row-major array turned in registers (four rounds of
   two-vector shuffles).
+* ``pool_pairs`` / ``unpool_pairs``: 2x2 max pooling at stride 2 along a row pair, 16 windows
+  a step (each column's larger row, then the even and odd columns split by two shuffles), and
+  its backward (the gradients interleaved back by two shuffles): ``pool.py``'s pairs.
 
 Every call's arithmetic is fixed by its arguments (the same order of additions on any thread),
 so kernels built on them give the same bits serial and parallel. ``WIDE``: whether numba
@@ -61,6 +69,10 @@ if AVAILABLE:
     def _data(context, builder, aty, value):
         """The data pointer of the array ``value`` of numba type ``aty``."""
         return cgutils.create_struct_proxy(aty)(context, builder, value=value).data
+
+    def _pointers(context, builder, sig, args, *which):
+        """The data pointers of the array arguments at positions ``which``."""
+        return [_data(context, builder, sig.args[k], args[k]) for k in which]
 
     def _fma(builder, a, b, c):
         fnty = ir.FunctionType(_VEC, [_VEC, _VEC, _VEC])
@@ -114,12 +126,7 @@ if AVAILABLE:
 
             def codegen(context, builder, sig, args):
                 xa, start, oa, wa, ra, at, pitch, count, stored = args
-                xd, od, wd, rd = (
-                    _data(context, builder, t, v)
-                    for t, v in zip(
-                        (sig.args[0], sig.args[2], sig.args[3], sig.args[4]), (xa, oa, wa, ra)
-                    )
-                )
+                xd, od, wd, rd = _pointers(context, builder, sig, args, 0, 2, 3, 4)
                 taps = cgutils.create_struct_proxy(sig.args[2])(context, builder, value=oa).nitems
                 mask = _first(builder, count)
                 accs = [cgutils.alloca_once_value(builder, _ZERO) for _ in range(channels)]
@@ -166,12 +173,7 @@ if AVAILABLE:
             def codegen(context, builder, sig, args):
                 (xa, x0, xstep, oa, first, count, ga, g0, gstep, gpitch, stored, rows, width,
                  aa, a0) = args  # fmt: skip
-                xd, od, gd, ad = (
-                    _data(context, builder, t, v)
-                    for t, v in zip(
-                        (sig.args[0], sig.args[3], sig.args[6], sig.args[13]), (xa, oa, ga, aa)
-                    )
-                )
+                xd, od, gd, ad = _pointers(context, builder, sig, args, 0, 3, 6, 13)
                 i64 = x0.type
                 last_tap = builder.sub(count, i64(1))
                 last_row = builder.sub(stored, i64(1))
@@ -254,12 +256,7 @@ if AVAILABLE:
             aa, oa, first, rows, width, step, ba, bpitch, b0, ra, opitch, o0, add, count, cols = (
                 args
             )
-            ad, od, bd, rd = (
-                _data(context, builder, t, v)
-                for t, v in zip(
-                    (sig.args[0], sig.args[1], sig.args[6], sig.args[9]), (aa, oa, ba, ra)
-                )
-            )
+            ad, od, bd, rd = _pointers(context, builder, sig, args, 0, 1, 6, 9)
             i64 = first.type
             keep = builder.icmp_signed("!=", add, ir.Constant(add.type, 0))
             lanes = _first(builder, cols)
@@ -311,8 +308,7 @@ if AVAILABLE:
 
         def codegen(context, builder, sig, args):
             ga, at, plane, count, ta, to, pitch, channels = args
-            gd = _data(context, builder, sig.args[0], ga)
-            td = _data(context, builder, sig.args[4], ta)
+            gd, td = _pointers(context, builder, sig, args, 0, 4)
             i64 = at.type
             mask = _first(builder, count)
             none = ir.Constant(_MASK, [0] * LANES)
@@ -340,6 +336,155 @@ if AVAILABLE:
             for r, v in enumerate(rows):
                 where = builder.add(to, builder.mul(i64(r), pitch))
                 builder.store(v, _vector_at(builder, td, where), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    _I8 = ir.IntType(8)
+    _BYTES = ir.VectorType(_I8, LANES)
+
+    def _masked_load_bytes(builder, ptr, mask):
+        fnty = ir.FunctionType(_BYTES, [_BYTES.as_pointer(), _I32, _MASK, _BYTES])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.load.v16i8.p0")
+        return builder.call(fn, [ptr, _I32(1), mask, ir.Constant(_BYTES, [0] * LANES)])
+
+    def _masked_store_bytes(builder, value, ptr, mask):
+        fnty = ir.FunctionType(ir.VoidType(), [_BYTES, _BYTES.as_pointer(), _I32, _MASK])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.store.v16i8.p0")
+        builder.call(fn, [value, ptr, _I32(1), mask])
+
+    def _lanes(*order):
+        return ir.Constant(ir.VectorType(_I32, LANES), list(order))
+
+    _EVEN = _lanes(*range(0, 2 * LANES, 2))
+    _ODD = _lanes(*range(1, 2 * LANES, 2))
+    _LOW = _lanes(*(v for i in range(LANES // 2) for v in (i, LANES + i)))
+    _HIGH = _lanes(*(v for i in range(LANES // 2, LANES) for v in (i, LANES + i)))
+
+    def _uint8_c(a):
+        return isinstance(a, types.Array) and a.dtype == types.uint8 and a.layout == "C"
+
+    @intrinsic
+    def pool_pairs(typingctx, x, r0, r1, out, arg, o0, windows, relu):
+        """For j < windows: ``out[o0 + j]``, ``arg[o0 + j]`` <- the maximum of the 2x2 window
+        ``x[r0 + 2j : r0 + 2j + 2]``, ``x[r1 + 2j : r1 + 2j + 2]`` and its offset ``2*row +
+        column`` (the first in that order at ties); with ``relu`` 0 and offset 0 where the
+        maximum is not positive. Returns whether an entry read is NaN (the comparisons then do
+        not give the first NaN: the caller redoes those windows)."""
+        if not (_float32_c(x, out) and _uint8_c(arg)):
+            return None
+        sig = types.boolean(x, r0, r1, out, arg, o0, windows, relu)
+
+        def codegen(context, builder, sig, args):
+            xa, r0, r1, oa, aa, o0, windows, relu = args
+            xd, od, ad = _pointers(context, builder, sig, args, 0, 3, 4)
+            i64 = r0.type
+            keep_all = builder.icmp_unsigned("==", relu, relu.type(0))
+            seen = cgutils.alloca_once_value(builder, ir.Constant(_MASK, [0] * LANES))
+            zero_b = ir.Constant(_BYTES, [0] * LANES)
+            one_b, two_b = ir.Constant(_BYTES, [1] * LANES), ir.Constant(_BYTES, [2] * LANES)
+            blocks = builder.sdiv(builder.add(windows, i64(LANES - 1)), i64(LANES))
+            with cgutils.for_range(builder, blocks) as block:
+                j = builder.mul(block.index, i64(LANES))
+                left = builder.sub(windows, j)  # windows from j on
+                lo_mask = _first(builder, builder.mul(left, i64(2)))
+                hi_mask = _first(builder, builder.sub(builder.mul(left, i64(2)), i64(LANES)))
+                col = builder.mul(j, i64(2))
+                rows = []
+                for r in (r0, r1):
+                    at = builder.add(r, col)
+                    lo = _masked_load(builder, _vector_at(builder, xd, at), lo_mask)
+                    at = builder.add(at, i64(LANES))
+                    hi = _masked_load(builder, _vector_at(builder, xd, at), hi_mask)
+                    rows.append((lo, hi))
+                nan = builder.load(seen)
+                for lo, hi in rows:
+                    nan = builder.or_(nan, builder.fcmp_unordered("uno", lo, lo))
+                    nan = builder.or_(nan, builder.fcmp_unordered("uno", hi, hi))
+                builder.store(nan, seen)
+                halves = []
+                for a, b in zip(rows[0], rows[1]):  # each column's larger row, the second's
+                    second = builder.fcmp_ordered(">", b, a)
+                    halves.append((builder.select(second, b, a), second))
+                (v0, s0), (v1, s1) = halves
+                a = builder.shuffle_vector(v0, v1, _EVEN)
+                b = builder.shuffle_vector(v0, v1, _ODD)
+                sa = builder.shuffle_vector(s0, s1, _EVEN)
+                sb = builder.shuffle_vector(s0, s1, _ODD)
+                qa = builder.select(sa, two_b, zero_b)
+                qb = builder.add(builder.select(sb, two_b, zero_b), one_b)
+                right = builder.or_(
+                    builder.fcmp_ordered(">", b, a),
+                    builder.and_(
+                        builder.fcmp_ordered("==", b, a), builder.icmp_unsigned("<", qb, qa)
+                    ),
+                )
+                best = builder.select(right, b, a)
+                q = builder.select(right, qb, qa)
+                keep = builder.or_(
+                    builder.fcmp_ordered(">", best, _ZERO), _splat(builder, keep_all)
+                )
+                mask = _first(builder, left)
+                where = builder.add(o0, j)
+                _masked_store(
+                    builder, builder.select(keep, best, _ZERO), _vector_at(builder, od, where), mask
+                )
+                at = builder.bitcast(builder.gep(ad, [where]), _BYTES.as_pointer())
+                _masked_store_bytes(builder, builder.select(keep, q, zero_b), at, mask)
+            bits = builder.bitcast(builder.load(seen), ir.IntType(LANES))
+            return builder.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(LANES), 0))
+
+        return sig, codegen
+
+    @intrinsic
+    def unpool_pairs(typingctx, g, arg, out, o0, windows, gx, r0, r1, relu):
+        """The backward of ``pool_pairs``: ``gx[r0 : r0 + 2*windows]`` and ``gx[r1 : ...]``
+        <- each window's ``g[o0 + j] + 0`` (where ``out[o0 + j] > 0`` with ``relu``, else 0)
+        at its offset ``arg[o0 + j]``, zeros at its other three entries."""
+        if not (_float32_c(g, out, gx) and _uint8_c(arg)):
+            return None
+        sig = types.void(g, arg, out, o0, windows, gx, r0, r1, relu)
+
+        def codegen(context, builder, sig, args):
+            ga, aa, oa, o0, windows, xa, r0, r1, relu = args
+            gd, ad, od, xd = _pointers(context, builder, sig, args, 0, 1, 2, 5)
+            i64 = r0.type
+            keep_all = builder.icmp_unsigned("==", relu, relu.type(0))
+            zero_b = ir.Constant(_BYTES, [0] * LANES)
+            blocks = builder.sdiv(builder.add(windows, i64(LANES - 1)), i64(LANES))
+            with cgutils.for_range(builder, blocks) as block:
+                j = builder.mul(block.index, i64(LANES))
+                left = builder.sub(windows, j)
+                mask = _first(builder, left)
+                where = builder.add(o0, j)
+                gv = _masked_load(builder, _vector_at(builder, gd, where), mask)
+                gv = builder.fadd(gv, _ZERO)  # -0.0 becomes +0.0, as zeros plus g
+                ov = _masked_load(builder, _vector_at(builder, od, where), mask)
+                keep = builder.or_(builder.fcmp_ordered(">", ov, _ZERO), _splat(builder, keep_all))
+                gv = builder.select(keep, gv, _ZERO)
+                at = builder.bitcast(builder.gep(ad, [where]), _BYTES.as_pointer())
+                q = _masked_load_bytes(builder, at, mask)
+                right = builder.icmp_unsigned(
+                    "!=", builder.and_(q, ir.Constant(_BYTES, [1] * LANES)), zero_b
+                )
+                second = builder.icmp_unsigned(
+                    "!=", builder.and_(q, ir.Constant(_BYTES, [2] * LANES)), zero_b
+                )
+                even = builder.select(right, _ZERO, gv)
+                odd = builder.select(right, gv, _ZERO)
+                lo_mask = _first(builder, builder.mul(left, i64(2)))
+                hi_mask = _first(builder, builder.sub(builder.mul(left, i64(2)), i64(LANES)))
+                col = builder.mul(j, i64(2))
+                for order, part in ((_LOW, lo_mask), (_HIGH, hi_mask)):
+                    both = builder.shuffle_vector(even, odd, order)
+                    low = builder.shuffle_vector(second, second, order)
+                    first_row = builder.select(low, _ZERO, both)
+                    second_row = builder.select(low, both, _ZERO)
+                    for r, v in ((r0, first_row), (r1, second_row)):
+                        at = builder.add(r, col)
+                        if order is _HIGH:
+                            at = builder.add(at, i64(LANES))
+                        _masked_store(builder, v, _vector_at(builder, xd, at), part)
             return context.get_dummy_value()
 
         return sig, codegen
