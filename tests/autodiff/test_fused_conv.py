@@ -1,5 +1,6 @@
-"""The direct conv backward kernel equals its NumPy reference, and compiled plans match eager
-where the conv gradient goes through the direct kernel."""
+"""The direct conv backward kernel equals its NumPy reference, gives the same bits serial and
+parallel (the batch in chunks fixed by its size) and for no images the gradients' zeros, and
+compiled plans match eager where the conv gradient goes through the direct kernel."""
 
 import numpy as np
 import pytest
@@ -61,6 +62,35 @@ def test_direct_conv_backward_matches_reference(case, dt):
     for a, r in zip(grads, refs):
         if r is not None:
             np.testing.assert_allclose(a, r, **TOL[dt])
+
+
+@pytest.mark.parametrize("n", [37, 1])
+@pytest.mark.parametrize("cl", [True, False])
+def test_serial_and_parallel_runs_give_the_same_bits(n, cl, threads, monkeypatch):
+    monkeypatch.setattr(K, "PARALLEL_MIN_SIZE", 0)  # these small cases in parallel too
+    rng = np.random.default_rng(2)
+    x, w, b = _make(rng, (n, 6, 30), (5, 6, 3), True, cl, np.float32)
+    g = rng.normal(size=(n, 5, 28)).astype(np.float32)
+    g[rng.uniform(size=g.shape) < 0.7] = 0
+    runs = []
+    for count in (1, 2):
+        threads(count)
+        got = [np.full(a.shape, 9, np.float32) for a in (w, b, x)]
+        K.conv_backward(g, x, w, *got)
+        runs.append(got)
+    for a, b_ in zip(*runs):
+        assert a.tobytes() == b_.tobytes()
+    refs = [np.empty(a.shape, np.float32) for a in (w, b, x)]
+    K.conv_backward_reference(g, x, w, *refs)
+    for a, r in zip(runs[0], refs):
+        np.testing.assert_allclose(a, r, **TOL[np.float32])
+
+
+def test_no_images_give_zero_gradients():
+    x, w = np.ones((0, 3, 9)), np.ones((2, 3, 3))
+    got = [np.full(w.shape, 9.0), np.full(2, 9.0), np.full(x.shape, 9.0)]
+    K.conv_backward(np.ones((0, 2, 7)), x, w, *got)
+    assert not got[0].any() and not got[1].any()
 
 
 def test_only_requested_gradients_are_written():

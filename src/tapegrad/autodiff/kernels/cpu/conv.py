@@ -1,5 +1,5 @@
-"""The direct convolution backward kernel (numba, serial): the gradients of a stride-1,
-unpadded convolution (cross-correlation) of x (N, C, H, W) with w (O, C, KH, KW) (+ bias (O,)),
+"""The direct convolution backward kernel (numba): the gradients of a stride-1, unpadded
+convolution (cross-correlation) of x (N, C, H, W) with w (O, C, KH, KW) (+ bias (O,)),
 1-d convolution being the H = 1 case, that visit only the nonzero entries of the output
 gradient. ReLU and max pooling after a convolution leave about 1/KW of them nonzero, so for the
 text CNN's channels-last input this beats BLAS for the weight gradient, which the
@@ -8,7 +8,12 @@ text CNN's channels-last input this beats BLAS for the weight gradient, which th
 Arithmetic order: output positions (n, o, i, j) are visited in row-major order, a zero output
 gradient is skipped (it contributes nothing, not even where x is inf or NaN), and each position
 adds ``g`` to the bias gradient, ``g * x`` to the weight gradient and ``g * w`` to the input
-gradient, one contiguous run of the window at a time.
+gradient, one contiguous run of the window at a time. The batch goes in chunks (at most
+``CHUNKS``, fixed by the batch size) split over numba's threads: each chunk sums its images'
+weight and bias gradients apart, the chunks' sums are added in chunk order, and each image's
+input gradient is its chunk's alone, so any thread count gives the same bits. The text CNN's
+(64, 50, 130) channels-last input, (8, 50, 3) kernel, 1/8 of g nonzero, two threads (Zen 4,
+2026-12-07): 250 us against 490 in one loop over the batch.
 
 (A forward kernel and conv + ReLU + max-pool kernels fused both ways lived here too; measured
 against the plan's path, ``python benchmarks/conv_backward.py``: 1.8x slower on the seed CNN's
@@ -20,6 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
+
+# the batch's images are summed in at most this many chunks (fixed per batch size)
+CHUNKS = 16
+# from how many output positions (the whole batch's) the chunks are split over numba's threads
+PARALLEL_MIN_SIZE = 1 << 14
 
 __all__ = ["conv_backward", "conv_backward_reference", "direct_layout_ok"]
 
@@ -81,21 +91,25 @@ if numba is not None:
                 for t in range(run):
                     dst[t] += gv * src[t]
 
-    @_inline
-    def _zero_grads(need_w, need_b, need_x, gws, gb, gxf):  # pragma: no cover - compiled
+    @_jit  # called through thread_loops: not inlined
+    def _conv_bwd_chunk(
+        t, g, xf, xs, rx, rw, run, ws, need_w, need_b, need_x, gwp, gbp, gxf, size, k
+    ):  # pragma: no cover - compiled
+        """Chunk k's images: its weight and bias gradients into gwp[k], gbp[k], each image's
+        input gradient into its part of gxf (zeros first)."""
+        # (a gradient not asked for has one empty part; min() with the parallel loop's unsigned
+        # index would give a float)
+        gws = gwp[k] if k < gwp.shape[0] else gwp[0]
+        gb = gbp[k] if k < gbp.shape[0] else gbp[0]
         if need_w:
             gws[:] = 0
         if need_b:
             gb[:] = 0
+        lo = k * size
+        hi = min(g.shape[0], lo + size)
         if need_x:
-            gxf[:] = 0
-
-    @_jit
-    def _conv_bwd(
-        g, xf, xs, rx, rw, run, ws, need_w, need_b, need_x, gws, gb, gxf
-    ):  # pragma: no cover - compiled
-        _zero_grads(need_w, need_b, need_x, gws, gb, gxf)
-        for n in range(g.shape[0]):
+            gxf[lo * xs[0] : hi * xs[0]] = 0
+        for n in range(lo, hi):
             for o in range(g.shape[1]):
                 for i in range(g.shape[2]):
                     for j in range(g.shape[3]):
@@ -105,6 +119,10 @@ if numba is not None:
                                 gb[o] += gv
                             base = n * xs[0] + i * xs[2] + j * xs[3]
                             _scatter(gv, base, o, rx, rw, run, xf, ws, gws, gxf, need_w, need_x)
+
+    from .loops import thread_loops, threaded
+
+    _conv_bwd, _conv_bwd_parallel = thread_loops(_conv_bwd_chunk, boundscheck=False, nogil=True)
 
 
 def _channels_last(x4: np.ndarray) -> bool:
@@ -151,12 +169,19 @@ def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
         rx = (ca // kh) * xs[1] + (ca % kh) * xs[2]
         rw = ca * kw
         np.copyto(ws.reshape(w4.shape), w4)
-    gws = new("conv_gw", ws.shape) if gw is not None else np.empty((0, 0), g.dtype)
+    n = x4.shape[0]
+    size = max(1, -(-n // CHUNKS))  # images per chunk: fixed per batch size
+    chunks = max(1, -(-n // size))  # one, empty, for no images: the gradients' zeros
+    gwp = new("conv_gw", (chunks, *ws.shape)) if gw is not None else np.empty((1, 0, 0), g.dtype)
+    gbp = new("conv_gb", (chunks, o)) if gb is not None else np.empty((1, 0), g.dtype)
     gx4 = _as2d(gx) if gx is not None else None
     direct = gx4 is not None and gx4.strides == x4.strides and gx4.shape == x4.shape
     gxs = gx4 if direct else (np.empty_like(x4) if gx is not None else None)
     gxf = _flat(gxs, cl) if gxs is not None else np.empty(0, g.dtype)
-    _conv_bwd(
+    parallel = threaded(chunks, g.size, PARALLEL_MIN_SIZE)
+    run_chunks = _conv_bwd_parallel if parallel else _conv_bwd
+    run_chunks(
+        chunks,
         _as2d(g),
         _flat(x4, cl),
         xs,
@@ -167,10 +192,19 @@ def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
         gw is not None,
         gb is not None,
         gx is not None,
-        gws,
-        np.empty(0, g.dtype) if gb is None else gb,
+        gwp,
+        gbp,
         gxf,
+        size,
     )
+    for k in range(1, chunks):  # chunk order: the same bits on any thread count
+        if gw is not None:
+            np.add(gwp[0], gwp[k], out=gwp[0])
+        if gb is not None:
+            np.add(gbp[0], gbp[k], out=gbp[0])
+    gws = gwp[0]
+    if gb is not None:
+        np.copyto(gb, gbp[0])
     if gw is not None:
         shaped = gws.reshape(o, kh, kw, c).transpose(0, 3, 1, 2) if cl else gws.reshape(w4.shape)
         np.copyto(_as2d(gw), shaped)
