@@ -296,3 +296,88 @@ def test_a_compiled_residual_step_equals_eager_bit_for_bit(counted):
         assert compiled_loss.tobytes() == eager_loss.tobytes()
         for p, g in zip(params, eager):
             assert np.asarray(p.grad).tobytes() == np.asarray(g).tobytes()
+
+
+# 1-d rows of a channels-last input (N, L, C in memory): (N, C, O, L, K)
+ROWS = [(64, 50, 8, 130, 3), (5, 16, 16, 40, 5), (3, 3, 24, 17, 2), (7, 33, 6, 29, 4)]
+
+
+def _rows_case(n, c, o, length, k, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.moveaxis(rng.standard_normal((n, length, c)).astype(np.float32), -1, 1)
+    w = rng.standard_normal((o, c, k)).astype(np.float32)
+    return x, w, np.full((n, o, length - k + 1), np.nan, np.float32)
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+@pytest.mark.parametrize("case", ROWS)
+def test_rows_of_a_channels_last_input_match_the_float64_reference(case):
+    x, w, res = _rows_case(*case)
+    assert direct.direct_rows(x, w, res)
+    windows = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), w.shape[2], axis=2)
+    want = np.einsum("nclk,ock->nol", windows, w.astype(np.float64))
+    np.testing.assert_allclose(res, want, rtol=0, atol=3e-6 * np.abs(want).max())
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_rows_serial_and_parallel_give_the_same_bits_and_refuse_what_they_do_not_take(
+    threads, monkeypatch
+):
+    monkeypatch.setattr(direct, "PARALLEL_MIN_SIZE", 0)
+    x, w, res = _rows_case(*ROWS[3], seed=1)
+    threads(1)
+    assert direct.direct_rows(x, w, res)
+    serial = res.copy()
+    threads(2)
+    assert direct.direct_rows(x, w, res)
+    assert serial.tobytes() == res.tobytes()
+    # not channels-last; 4 output channels (half a block of 8); rows of 8 outputs: untouched
+    untouched = np.full_like(res, 7.0)
+    assert not direct.direct_rows(np.ascontiguousarray(x), w, untouched)
+    assert not direct.direct_rows(x, w[:4], untouched[:, :4].copy())
+    short = np.full((x.shape[0], w.shape[0], 8), 7.0, np.float32)
+    assert not direct.direct_rows(x[:, :, :11], w, short)
+    assert (untouched == 7).all() and (short == 7).all()
+
+
+@pytest.mark.skipif(not direct.WIDE, reason="numba does not compile for AVX-512 here")
+def test_a_text_cnn_layer_takes_the_rows_and_compiled_equals_eager(monkeypatch):
+    # the text CNN's conv1d over a permuted embedding: the rows serve its forward, compiled
+    # and eager alike, and the loss and gradients match PyTorch's float64 ones
+    torch = pytest.importorskip("torch")
+    import tapegrad as tg
+    from tapegrad import nn
+
+    calls = []
+    real = direct.direct_rows
+    monkeypatch.setattr(direct, "direct_rows", lambda *a: calls.append(1) or real(*a))
+    tg.manual_seed(0)
+    emb, conv = nn.Embedding(40, 20), nn.Conv1d(20, 8, 3)
+
+    def step(ids):
+        for p in (emb.weight, conv.weight, conv.bias):
+            p.grad = None
+        loss = (tg.relu(conv(emb(ids).permute(0, 2, 1))) ** 2).mean()
+        loss.backward()
+        return loss
+
+    ids = np.random.default_rng(8).integers(0, 40, (6, 30))
+    eager = step(ids).data.copy()
+    grads = [np.asarray(p.grad).copy() for p in (emb.weight, conv.weight, conv.bias)]
+    compiled = tg.compile(step)
+    for _ in range(2):
+        got = compiled(ids).data
+        assert got.tobytes() == eager.tobytes()
+        for p, g in zip((emb.weight, conv.weight, conv.bias), grads):
+            assert np.asarray(p.grad).tobytes() == g.tobytes()
+    assert len(calls) >= 3  # eager, the trace, the replays
+    te = torch.tensor(np.asarray(emb.weight.data), dtype=torch.float64, requires_grad=True)
+    tw = torch.tensor(np.asarray(conv.weight.data), dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(np.asarray(conv.bias.data), dtype=torch.float64, requires_grad=True)
+    h = torch.nn.functional.embedding(torch.tensor(ids), te).permute(0, 2, 1)
+    tl = (torch.relu(torch.nn.functional.conv1d(h, tw, tb)) ** 2).mean()
+    tl.backward()
+    np.testing.assert_allclose(float(eager), tl.item(), rtol=1e-5)
+    for ours, theirs in zip(grads, (te, tw, tb)):
+        want = theirs.grad.numpy()
+        np.testing.assert_allclose(ours, want, rtol=0, atol=1e-5 * np.abs(want).max())

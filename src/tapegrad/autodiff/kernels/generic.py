@@ -57,6 +57,7 @@ __all__ = [
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",
+    "conv_rows_forward",
     "direct_layout_ok",
     "dropout_mask",
     "gru_scan_backward",
@@ -154,6 +155,11 @@ def scan_rows(dtype) -> bool:
 def conv_few_channels(dtype, channels_per_group, groups, ndim, stride, dilation) -> bool:
     """No few-channel forward loops here (``conv_few_forward`` is the whole-batch array
     operations, for a direct call)."""
+    return False
+
+
+def conv_rows_forward(x, w, res, scratch=None) -> bool:
+    """No direct 1-d blocks here: False (the caller's products serve the call)."""
     return False
 
 

@@ -90,15 +90,17 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
     res, saved = (None, None) if out is None else (out[0], out[1] if len(out) > 1 else None)
     n, o = x.shape[0], w.shape[0]
     if _shifted(x, stride, dilation, groups) and _rows(x, padding):
-        # channels-last input: every tap's product at every position in one GEMM, then the
-        # taps added at their shifts (both cores work on one large product, not N small ones)
+        # channels-last input: the direct blocks of the device's kernels where they take it
+        # (each image gathered as it is padded), else every tap's product at every position in
+        # one GEMM, then the taps added at their shifts (one large product, not N small ones)
         k, length = w.shape[2], x.shape[2] - w.shape[2] + 1
-        wk = _taps(w, ws).reshape(k * o, x.shape[1])
-        z = scratch(ws, "z", (k * o, n * x.shape[2]), x.dtype, like=x)
-        matmul_into(wk, x.transpose(0, 2, 1).reshape(-1, x.shape[1]).T, z)
         if res is None:
             res = xp_of(x).empty((n, o, length), x.dtype)
-        kernels_for(z).add_taps(z, res)
+        if not kernels_for(x).conv_rows_forward(x, w, res, kernel_scratch(ws, x)):
+            wk = _taps(w, ws).reshape(k * o, x.shape[1])
+            z = scratch(ws, "z", (k * o, n * x.shape[2]), x.dtype, like=x)
+            matmul_into(wk, x.transpose(0, 2, 1).reshape(-1, x.shape[1]).T, z)
+            kernels_for(z).add_taps(z, res)
         kept = ()
     elif _shifted(x, stride, dilation, groups):
         xp = L.padded(x, padding, saved)

@@ -19,6 +19,7 @@ from .conv2d import (
     conv_image_forward,
     conv_image_input,
     conv_image_weight,
+    conv_rows_forward,
 )
 from .elman import rnn_scan_backward, rnn_scan_forward
 from .few_channels import conv_few_channels
@@ -84,6 +85,7 @@ __all__ = [
     "conv_image_forward",
     "conv_image_input",
     "conv_image_weight",
+    "conv_rows_forward",
     "direct_layout_ok",
     "dropout_mask",
     "erf",

@@ -69,3 +69,10 @@ def conv_few_weight(x, g, gw, padding, scratch=None) -> None:
         if direct.direct_weight(x, g, gw, (1, 1), padding, (1, 1), scratch):
             return
     few_channels.conv_few_weight(x, g, gw, padding, scratch)
+
+
+def conv_rows_forward(x, w, res, scratch=None) -> bool:
+    """``res`` (N, O, L') <- the 1-d stride-1 unpadded convolution of x (N, C, L), any layout,
+    with w (O, C, K) as the direct blocks of an image one row high, where they take it;
+    False (``res`` untouched) elsewhere, for the caller's own products."""
+    return direct.direct_rows(x, w, res, scratch) if direct.AVAILABLE else False

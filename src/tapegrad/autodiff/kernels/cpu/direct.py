@@ -210,7 +210,37 @@ if AVAILABLE:
                         oh_, ow_, acc, 0,
                     )  # fmt: skip
 
+    @cached_jit(**_opts)  # called through thread_loops: not inlined
+    def _rows_image(t, xb, wpk, w8, offs, res, xps, n):  # pragma: no cover - compiled
+        """Image n of xb (N, L, C): xps[t] (C rounded up to 16, L rounded up to 16) <- its
+        channels as rows (16 x 16 blocks turned in registers; the rounding's entries zeros);
+        res[n] (O, L') <- the blocks along that one row."""
+        xp = xps[t]
+        length, c_ = xb.shape[1], xb.shape[2]
+        pitch = xp.shape[1]
+        src, flat, out = xb[n].ravel(), xp.ravel(), res[n].ravel()
+        for l0 in range(0, length, LANES):
+            for c0 in range(0, c_, LANES):
+                turn = min(LANES, c_ - c0)
+                transposed(src, l0 * c_ + c0, c_, turn, flat, c0 * pitch + l0, pitch,
+                           min(LANES, length - l0))  # fmt: skip
+        o, ow_ = res.shape[1], res.shape[2]
+        for ob in range(wpk.shape[0]):
+            w = wpk[ob].ravel()
+            stored = min(LANES, o - ob * LANES)
+            for s in range(0, ow_, LANES):
+                count = min(LANES, ow_ - s)
+                window_block(flat, s, offs, w, out, ob * LANES * ow_ + s, ow_, count, stored)
+        if w8.size:
+            w = w8.ravel()
+            stored = o - wpk.shape[0] * LANES
+            for s in range(0, ow_, LANES):
+                count = min(LANES, ow_ - s)
+                at = wpk.shape[0] * LANES * ow_ + s
+                window_block8(flat, s, offs, w, out, at, ow_, count, stored)
+
     _forward, _forward_parallel = thread_loops(_forward_image, **_opts)
+    _rows, _rows_parallel = thread_loops(_rows_image, **_opts)
     _dots, _dots_parallel = thread_loops(_dots_chunk, **_opts)
     _weight, _weight_parallel = thread_loops(_weight_chunk, **_opts)
 
@@ -291,6 +321,27 @@ if AVAILABLE:
         if used(w.shape[0]) < MIN_USED:
             return False
         _run_forward(x, w, res, stride, padding, dilation, scratch, "direct")
+        return True
+
+    def direct_rows(x, w, res, scratch=None) -> bool:
+        """``res`` (N, O, L', C-contiguous) <- the 1-d stride-1 unpadded convolution of x (N, C,
+        L) with w (O, C, K), x a view of a contiguous (N, L, C) array (the text CNN's permuted
+        embedding output): each image's channels turned into rows, 16 x 16 blocks in registers,
+        as its copy is made (the batch is never copied whole). False (``res`` untouched) where
+        these kernels do not take the call."""
+        n, c, length = x.shape
+        base = x.transpose(0, 2, 1)
+        if not (applies(x.dtype, 1) and base.flags.c_contiguous and res.flags.c_contiguous):
+            return False
+        if used(w.shape[0]) < MIN_USED or not rows_pay(res.shape[2], w.shape + (1,), (1, 1)):
+            return False
+        wpk, w8 = _packed(w[:, :, None, :], scratch, "direct_rows_w")
+        pitch = -(-length // LANES) * LANES  # a channel's row, the turned blocks' columns whole
+        offs = _offsets(c, (1, w.shape[2]), (c, 1, 1, pitch), (1, 1))
+        threads = _threads(n, res.size)
+        xps = _buffer(scratch, "direct_rows_xp", (threads, -(-c // LANES) * LANES, pitch))
+        run = _rows_parallel if threads > 1 else _rows
+        run(n, base, wpk, w8, offs, res, xps)
         return True
 
     def direct_input(g, w, gx, stride, padding, dilation, scratch=None) -> bool:
