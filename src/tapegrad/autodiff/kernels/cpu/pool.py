@@ -317,18 +317,25 @@ if numba is not None:
         return WIDE and x.dtype == np.float32 and arg.dtype == np.uint8
 
 
-def _chunks(shape: tuple, rows: int, scratch, dtype) -> tuple:
+def _chunks(shape: tuple, rows: int, scratch, dtype, wide: bool) -> tuple:
     """For (M, H, W) planes pooled into ``rows`` rows: (planes a chunk, chunks, whether they
-    are split over the threads, the per-thread buffers ``v`` and ``low``)."""
+    are split over the threads, the per-thread buffers ``v`` and ``low`` of the two passes;
+    empty for the vectors' one pass, ``wide``)."""
     planes, _, width = shape
     per = max(1, PAIRS_CHUNK // max(1, rows * width))
     chunks = -(-planes // per)
     parallel = threaded(chunks, int(np.prod(shape)), PARALLEL_MIN_SIZE)
+    if wide:
+        return per, chunks, parallel, _NO_ROWS, _NO_LOWS
     threads = numba.get_num_threads() if parallel else 1
     shape = (threads, per * rows * width)
     v = _buffer(scratch, "pairs_v", shape, dtype)
     low = _buffer(scratch, "pairs_low", shape, np.bool_)
     return per, chunks, parallel, v, low
+
+
+# the one-pass vectors' unused buffers (float32 only)
+_NO_ROWS, _NO_LOWS = np.empty((1, 0), np.float32), np.empty((1, 0), np.bool_)
 
 
 def _buffer(scratch, key: str, shape: tuple, dtype) -> np.ndarray:
@@ -343,9 +350,10 @@ def pool_planes_forward(x, out, arg, kernel, stride, dilation, relu, scratch=Non
     if not pairs_apply(kernel, stride, dilation, x.shape[2]):
         window_kernels(*kernel, *stride, *dilation)[0](x, out, arg, relu)
         return
-    per, chunks, parallel, v, low = _chunks(x.shape, out.shape[1], scratch, x.dtype)
+    wide = _wide(x, arg)
+    per, chunks, parallel, v, low = _chunks(x.shape, out.shape[1], scratch, x.dtype, wide)
     nans = _buffer(scratch, "pairs_nan", (chunks,), np.bool_)
-    if _wide(x, arg):
+    if wide:
         run = _wide_forward_parallel if parallel else _wide_forward
     else:
         run = _pairs_forward_parallel if parallel else _pairs_forward
@@ -363,8 +371,9 @@ def pool_planes_backward(g, arg, out, gx, kernel, stride, dilation, relu, scratc
     if not pairs_apply(kernel, stride, dilation, gx.shape[2]):
         window_kernels(*kernel, *stride, *dilation)[1](g, arg, out, gx, relu)
         return
-    per, chunks, parallel, v, low = _chunks(gx.shape, g.shape[1], scratch, gx.dtype)
-    if _wide(gx, arg):
+    wide = _wide(gx, arg)
+    per, chunks, parallel, v, low = _chunks(gx.shape, g.shape[1], scratch, gx.dtype, wide)
+    if wide:
         run = _wide_backward_parallel if parallel else _wide_backward
     else:
         run = _pairs_backward_parallel if parallel else _pairs_backward
