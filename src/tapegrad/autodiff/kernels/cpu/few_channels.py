@@ -1,5 +1,7 @@
 """The forward of a 2-d convolution of few input channels at stride 1, image by image in plain
-loops (no BLAS).
+loops (no BLAS). On a CPU numba compiles AVX-512 for, float32 layers go to ``direct.py``'s
+register blocks first (``conv2d.conv_few_forward``, ``conv_few_weight``: seed-cnn's and a
+ResNet stem's); these loops serve float64 and the calls those refuse.
 
 With one to fifteen input channels (seed-cnn's and a ResNet stem's single channel) the
 forward's product, (O, C*KH*KW) @ (C*KH*KW, OH*OW), is too thin for BLAS (K = 9 for one
