@@ -90,9 +90,9 @@ def _conv_fwd(x, w, *bias, stride, padding, dilation, groups, out=None, ws=None)
     res, saved = (None, None) if out is None else (out[0], out[1] if len(out) > 1 else None)
     n, o = x.shape[0], w.shape[0]
     if _shifted(x, stride, dilation, groups) and _rows(x, padding):
-        # channels-last input: the direct blocks of the device's kernels where they take it
-        # (each image gathered as it is padded), else every tap's product at every position in
-        # one GEMM, then the taps added at their shifts (one large product, not N small ones)
+        # channels-last input: the device's direct blocks where they take it (each image
+        # turned channels-first as it is copied), else every tap's product at every position
+        # in one GEMM, then the taps added at their shifts (one large product, not N small ones)
         k, length = w.shape[2], x.shape[2] - w.shape[2] + 1
         if res is None:
             res = xp_of(x).empty((n, o, length), x.dtype)

@@ -2,10 +2,11 @@
 (``primitives/conv_layout.by_image``): Winograd's F(2x2, 3x3) for the 3x3 stride-1 float32
 layers from 32 channels (``winograd.py``) whose images fit its chunks' buffers, where its
 operands are finite; the register-blocked direct sums of ``direct.py`` for the other float32
-layers whose blocked channels come in sixteens, on a CPU with 512-bit vectors (the forward and
-the stride-1 input gradient where the rows they write are long enough to fill the blocks, the
-weight gradient at any stride); the image-by-image products of ``by_image.py`` for every other
-one. Each function has ``by_image``'s signature.
+layers they take, on a CPU with 512-bit vectors (the forward and the stride-1 input gradient
+where the rows they write are long enough to fill the blocks, the weight gradient at any
+stride); the image-by-image products of ``by_image.py`` for every other one. Each
+``conv_image_*`` function has ``by_image``'s signature. Few-channel layers (``conv_few_*``)
+and 1-d rows of a channels-last input (``conv_rows_forward``) try the direct kernels too.
 """
 
 from __future__ import annotations

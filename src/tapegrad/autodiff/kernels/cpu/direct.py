@@ -1,4 +1,5 @@
-"""Float32 2-d convolutions as register-blocked direct sums, 16 channels a block.
+"""Float32 2-d convolutions as register-blocked direct sums, 16 (or, for the last ones, 8)
+output channels a block.
 
 With 16 channels a 3x3 convolution's products are short (K = 16 a tap, 144 in all): OpenBLAS
 runs them at about half its rate, and Winograd's transforms (``winograd.py``) cost more than
@@ -19,17 +20,22 @@ accumulators stay in vector registers (numba's own loops keep them in memory):
   += x[offs[j] + i*SH*SW*PW + s] * g[i, s, 0:16]`` over the image's outputs in order, g laid
   out channels last (16 x 16 blocks turned in registers); each image adds onto its chunk's
   sums (chunks fixed by the batch size, added in chunk order: the same bits on any thread
-  count).
+  count). For output channels not in sixteens and up to ``DOTS_MAX_CHANNELS`` input channels
+  (seed-cnn's one), the dot products of ``window_dots`` instead: 6 channels' gradients times 3
+  taps' windows in 16-lane sums over an image's rows, reduced in a fixed order.
+* **1-d rows of a channels-last input** (``direct_rows``: the text CNN's permuted embedding
+  output): each image's (L, C) rows turned into a (C, L) copy by 16 x 16 blocks in registers,
+  then the forward's blocks along its one row.
 
 Every product is one the definition has (no position past a row's end is computed), so an
 inf or NaN gives what the references give, except in the input gradient, where the flipped
 kernel meets the padding's zeros: that one returns False (``conv2d.py`` then runs
 ``by_image.py``'s kernels) when the kernel is not finite.
 
-Where these take a call (``applies``, ``rows_pay``): numba compiles for AVX-512 (``WIDE``),
-float32, ungrouped, the output channels (the input channels for the input gradient) a multiple
-of 16, and for the forward rows long enough to fill the blocks. Float64 keeps the
-image-by-image kernels.
+Where these take a call (``applies``, ``rows_pay``, ``used``): numba compiles for AVX-512
+(``WIDE``), float32, ungrouped; the forward where the blocks' channel lanes are 3/4 used and
+the rows long enough to fill them; the input gradient where the input channels come in
+sixteens. Float64 keeps the image-by-image kernels.
 """
 
 from __future__ import annotations
@@ -61,8 +67,9 @@ DOTS_MAX_CHANNELS = 15
 def applies(x_dtype, groups: int) -> bool:
     """Whether convolutions of this kind are offered to these kernels: numba compiles for
     512-bit vectors, float32, ungrouped. Each kernel then takes or refuses (returns False) the
-    call's shapes: channels in sixteens; the input gradient stride 1. Where the forward's blocks
-    pay is the dispatcher's rule, ``rows_pay`` (the kernels compute any row length)."""
+    call's shapes (the forward's channel lanes, ``used``; the input gradient's channels in
+    sixteens and stride 1; the dots' input channels). Where the forward's blocks pay is the
+    dispatcher's rule, ``rows_pay`` (the kernels compute any row length)."""
     return WIDE and np.dtype(x_dtype) == np.float32 and groups == 1
 
 
@@ -185,8 +192,8 @@ if AVAILABLE:
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
     def _dots_chunk(t, x, g, parts, offs, xps, size, sh, ph, pw, k):  # pragma: no cover
-        """parts[k] (channel groups, tap groups, 3*9*16) <- the lanes of the sums over chunk
-        k's images of their weight gradients' dot products (``window_dots``)."""
+        """parts[k] (channel groups, tap groups, DOT_CHANNELS * DOT_TAPS * 16) <- the lanes of
+        the sums over chunk k's images of their weight gradients' dot products."""
         xp = xps[t]
         o, oh_, ow_ = g.shape[1], g.shape[2], g.shape[3]
         step = sh * xp.shape[2] * xp.shape[3]
@@ -306,13 +313,10 @@ if AVAILABLE:
         full, tail = _blocks(o)
         wpk = _buffer(scratch, key, (full, taps, LANES), zero=o % LANES > 0 and not tail)
         w8 = _buffer(scratch, key + "8", (taps, LANES // 2 if tail else 0), zero=True)
-        flat = w.reshape(o, taps)
-        whole = min(o, full * LANES) // LANES * LANES
-        np.copyto(wpk[: whole // LANES], flat[:whole].reshape(-1, LANES, taps).transpose(0, 2, 1))
-        if whole < min(o, full * LANES):  # a last block of 16 that O does not fill
-            np.copyto(wpk[-1, :, : o - whole], flat[whole:].T)
-        if tail:
-            np.copyto(w8[:, :tail], flat[full * LANES :].T)
+        flat, whole = w.reshape(o, taps), o // LANES  # the blocks O fills
+        np.copyto(wpk[:whole], flat[: whole * LANES].reshape(whole, LANES, taps).transpose(0, 2, 1))
+        if o % LANES:  # the last channels: a block of 8, or a last block of 16 not filled
+            np.copyto((w8 if tail else wpk[whole])[:, : o % LANES], flat[whole * LANES :].T)
         return wpk, w8
 
     def direct_forward(x, w, res, stride, padding, dilation, scratch=None) -> bool:
@@ -333,9 +337,10 @@ if AVAILABLE:
         base = x.transpose(0, 2, 1)
         if not (applies(x.dtype, 1) and base.flags.c_contiguous and res.flags.c_contiguous):
             return False
-        if used(w.shape[0]) < MIN_USED or not rows_pay(res.shape[2], w.shape + (1,), (1, 1)):
+        w4 = w[:, :, None, :]  # an image one row high
+        if used(w.shape[0]) < MIN_USED or not rows_pay(res.shape[2], w4.shape, (1, 1)):
             return False
-        wpk, w8 = _packed(w[:, :, None, :], scratch, "direct_rows_w")
+        wpk, w8 = _packed(w4, scratch, "direct_rows_w")
         pitch = -(-length // LANES) * LANES  # a channel's row, the turned blocks' columns whole
         offs = _offsets(c, (1, w.shape[2]), (c, 1, 1, pitch), (1, 1))
         threads = _threads(n, res.size)

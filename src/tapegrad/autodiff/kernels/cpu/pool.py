@@ -275,9 +275,9 @@ if numba is not None:
     from .microkernels import WIDE, pool_pairs, unpool_pairs
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _wide_forward_chunk(t, x, out, arg, relu, vs, lows, nans, per, k):  # pragma: no cover
+    def _wide_forward_chunk(t, x, out, arg, relu, nans, per, k):  # pragma: no cover
         """The pairs' forward of chunk k's planes, a row pair at a time in 512-bit vectors
-        (``microkernels.pool_pairs``; ``vs`` and ``lows`` unused)."""
+        (``microkernels.pool_pairs``)."""
         lo = k * per
         hi = min(x.shape[0], lo + per)
         h, w = x.shape[1], x.shape[2]
@@ -291,7 +291,7 @@ if numba is not None:
         nans[k] = nan
 
     @cached_jit(**_opts)  # called through thread_loops: not inlined
-    def _wide_backward_chunk(t, g, arg, out, gx, relu, vs, lows, per, k):  # pragma: no cover
+    def _wide_backward_chunk(t, g, arg, out, gx, relu, per, k):  # pragma: no cover
         """The pairs' backward of chunk k's planes, a row pair at a time (``unpool_pairs``);
         rows past the windows zeros."""
         lo = k * per
@@ -317,25 +317,19 @@ if numba is not None:
         return WIDE and x.dtype == np.float32 and arg.dtype == np.uint8
 
 
-def _chunks(shape: tuple, rows: int, scratch, dtype, wide: bool) -> tuple:
+def _chunks(shape: tuple, rows: int) -> tuple:
     """For (M, H, W) planes pooled into ``rows`` rows: (planes a chunk, chunks, whether they
-    are split over the threads, the per-thread buffers ``v`` and ``low`` of the two passes;
-    empty for the vectors' one pass, ``wide``)."""
+    are split over the threads)."""
     planes, _, width = shape
     per = max(1, PAIRS_CHUNK // max(1, rows * width))
     chunks = -(-planes // per)
-    parallel = threaded(chunks, int(np.prod(shape)), PARALLEL_MIN_SIZE)
-    if wide:
-        return per, chunks, parallel, _NO_ROWS, _NO_LOWS
-    threads = numba.get_num_threads() if parallel else 1
-    shape = (threads, per * rows * width)
-    v = _buffer(scratch, "pairs_v", shape, dtype)
-    low = _buffer(scratch, "pairs_low", shape, np.bool_)
-    return per, chunks, parallel, v, low
+    return per, chunks, threaded(chunks, int(np.prod(shape)), PARALLEL_MIN_SIZE)
 
 
-# the one-pass vectors' unused buffers (float32 only)
-_NO_ROWS, _NO_LOWS = np.empty((1, 0), np.float32), np.empty((1, 0), np.bool_)
+def _row_buffers(entries: int, parallel: bool, scratch, dtype) -> tuple:
+    """The two passes' per-thread buffers ``v`` and ``low`` of ``entries`` each."""
+    shape = (numba.get_num_threads() if parallel else 1, entries)
+    return _buffer(scratch, "pairs_v", shape, dtype), _buffer(scratch, "pairs_low", shape, np.bool_)
 
 
 def _buffer(scratch, key: str, shape: tuple, dtype) -> np.ndarray:
@@ -350,14 +344,15 @@ def pool_planes_forward(x, out, arg, kernel, stride, dilation, relu, scratch=Non
     if not pairs_apply(kernel, stride, dilation, x.shape[2]):
         window_kernels(*kernel, *stride, *dilation)[0](x, out, arg, relu)
         return
-    wide = _wide(x, arg)
-    per, chunks, parallel, v, low = _chunks(x.shape, out.shape[1], scratch, x.dtype, wide)
+    per, chunks, parallel = _chunks(x.shape, out.shape[1])
     nans = _buffer(scratch, "pairs_nan", (chunks,), np.bool_)
-    if wide:
+    if _wide(x, arg):
         run = _wide_forward_parallel if parallel else _wide_forward
+        run(chunks, x, out, arg, relu, nans, per)
     else:
+        v, low = _row_buffers(per * out.shape[1] * x.shape[2], parallel, scratch, x.dtype)
         run = _pairs_forward_parallel if parallel else _pairs_forward
-    run(chunks, x, out, arg, relu, v, low, nans, per)
+        run(chunks, x, out, arg, relu, v, low, nans, per)
     if nans.any():  # rare: the window loops find each window's first NaN
         windows = window_kernels(*kernel, *stride, *dilation)[0]
         for k in np.flatnonzero(nans):
@@ -371,13 +366,14 @@ def pool_planes_backward(g, arg, out, gx, kernel, stride, dilation, relu, scratc
     if not pairs_apply(kernel, stride, dilation, gx.shape[2]):
         window_kernels(*kernel, *stride, *dilation)[1](g, arg, out, gx, relu)
         return
-    wide = _wide(gx, arg)
-    per, chunks, parallel, v, low = _chunks(gx.shape, g.shape[1], scratch, gx.dtype, wide)
-    if wide:
+    per, chunks, parallel = _chunks(gx.shape, g.shape[1])
+    if _wide(gx, arg):
         run = _wide_backward_parallel if parallel else _wide_backward
+        run(chunks, g, arg, out, gx, relu, per)
     else:
+        v, low = _row_buffers(per * g.shape[1] * gx.shape[2], parallel, scratch, gx.dtype)
         run = _pairs_backward_parallel if parallel else _pairs_backward
-    run(chunks, g, arg, out, gx, relu, v, low, per)
+        run(chunks, g, arg, out, gx, relu, v, low, per)
 
 
 def _planes(a: np.ndarray) -> np.ndarray:
