@@ -1,6 +1,9 @@
-"""The direct conv backward kernel equals its NumPy reference, gives the same bits serial and
-parallel (the batch in chunks fixed by its size) and for no images the gradients' zeros, and
-compiled plans match eager where the conv gradient goes through the direct kernel."""
+"""The direct conv backward kernel, both of its paths (float32 channels-last input through the
+run kernels, ``microkernels.runs_weight`` / ``runs_input``; the loops), equals its NumPy
+reference, gives the same bits serial and parallel (the batch in chunks fixed by its size), one
+gradient at a time as all at once, and for no images the gradients' zeros; ``nonzeros`` finds
+every nonzero offset of a row; compiled plans match eager where the conv gradient goes through
+the direct kernel."""
 
 import numpy as np
 import pytest
@@ -20,7 +23,19 @@ CASES = [
     ((3, 5, 17), (4, 5, 3), True, (4,), (4,), False),  # 15 % 4 != 0
     ((1, 7, 20), (2, 7, 3), False, (3,), (3,), True),  # batch 1, channels-last
     ((2, 6, 13), (3, 6, 2), True, (5,), (5,), True),  # odd sizes
+    ((2, 70, 12), (3, 70, 3), True, (2,), (2,), True),  # a run of 210: two pieces
+    ((2, 20, 6, 9), (3, 20, 3, 3), False, (2, 2), (2, 2), True),  # three runs of 60 a window
+    ((2, 8, 40), (2, 8, 2), True, (2,), (2,), True),  # a run of one whole vector, rows of 39
 ]
+
+
+@pytest.fixture(params=["runs", "loops"])
+def path(request, monkeypatch):
+    """Both paths for float32 channels-last input: the run kernels (512-bit vectors where
+    numba compiles for AVX-512; elsewhere LLVM splits them, the same arithmetic) and the
+    loops."""
+    monkeypatch.setattr(K, "WIDE", request.param == "runs")
+    return request.param
 
 
 def _make(rng, xs, ws, has_bias, channels_last, dt, pool_w=1):
@@ -45,7 +60,7 @@ def _conv_shape(xs, ws):
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 @pytest.mark.parametrize("case", CASES)
-def test_direct_conv_backward_matches_reference(case, dt):
+def test_direct_conv_backward_matches_reference(case, dt, path):
     xs, ws, has_bias, _, _, cl = case
     rng = np.random.default_rng(0)
     x, w, b = _make(rng, xs, ws, has_bias, cl, dt)
@@ -66,7 +81,7 @@ def test_direct_conv_backward_matches_reference(case, dt):
 
 @pytest.mark.parametrize("n", [37, 1])
 @pytest.mark.parametrize("cl", [True, False])
-def test_serial_and_parallel_runs_give_the_same_bits(n, cl, threads, monkeypatch):
+def test_serial_and_parallel_runs_give_the_same_bits(n, cl, threads, monkeypatch, path):
     monkeypatch.setattr(K, "PARALLEL_MIN_SIZE", 0)  # these small cases in parallel too
     rng = np.random.default_rng(2)
     x, w, b = _make(rng, (n, 6, 30), (5, 6, 3), True, cl, np.float32)
@@ -84,6 +99,63 @@ def test_serial_and_parallel_runs_give_the_same_bits(n, cl, threads, monkeypatch
     K.conv_backward_reference(g, x, w, *refs)
     for a, r in zip(runs[0], refs):
         np.testing.assert_allclose(a, r, **TOL[np.float32])
+
+
+@pytest.mark.parametrize("case", [CASES[4], CASES[6], CASES[7]])
+def test_one_gradient_at_a_time_gives_the_bits_of_all_at_once(case, path):
+    """What the fused conv_grads (both gradients) and the eager conv_weight / conv_transpose
+    (one each) compute: the same bits."""
+    xs, ws, has_bias, _, _, cl = case
+    rng = np.random.default_rng(4)
+    x, w, b = _make(rng, xs, ws, has_bias, cl, np.float32)
+    g = rng.normal(size=_conv_shape(xs, ws)).astype(np.float32)
+    g[rng.uniform(size=g.shape) < 0.8] = 0
+    both = [np.full(w.shape, 9, np.float32), np.full(ws[0], 9, np.float32), np.empty_like(x)]
+    K.conv_backward(g, x, w, *both)
+    alone = [np.full(w.shape, 7, np.float32), np.full(ws[0], 7, np.float32), np.empty_like(x)]
+    K.conv_backward(g, x, w, alone[0], None, None)
+    K.conv_backward(g, x, w, None, alone[1], None)
+    K.conv_backward(g, x, w, None, None, alone[2])
+    for a, b_ in zip(both, alone):
+        assert a.tobytes() == b_.tobytes()
+
+
+def test_the_text_cnn_gradient_takes_the_run_kernels_where_wide(monkeypatch):
+    x = np.zeros((64, 130, 50), np.float32).transpose(0, 2, 1)
+    w, g = np.zeros((8, 50, 3), np.float32), np.zeros((64, 8, 128), np.float32)
+    calls = []
+    for name in ("_conv_runs", "_conv_runs_parallel", "_conv_bwd", "_conv_bwd_parallel"):
+        real = getattr(K, name)
+        monkeypatch.setattr(
+            K, name, lambda *a, name=name, real=real: calls.append(name) or real(*a)
+        )
+    K.conv_backward(g, x, w, np.empty_like(w), None, None)
+    K.conv_backward(g.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
+                    np.empty(w.shape), None, None)  # fmt: skip
+    assert calls[1] == "_conv_bwd_parallel"  # float64: the loops
+    assert calls[0] == ("_conv_runs_parallel" if K.WIDE else "_conv_bwd_parallel")
+
+
+@pytest.mark.parametrize("length", [0, 1, 15, 16, 17, 40, 128])
+def test_nonzeros_finds_every_nonzero_offset_in_order(length):
+    import numba
+
+    from tapegrad.autodiff.kernels.cpu.microkernels import nonzeros
+
+    @numba.njit
+    def found(g, g0, n, idx):
+        return nonzeros(g, g0, n, idx)
+
+    rng = np.random.default_rng(length)
+    g = rng.normal(size=length + 5).astype(np.float32)
+    g[rng.uniform(size=g.shape) < 0.6] = 0
+    if length >= 4:
+        g[2:5] = [np.nan, -0.0, np.inf]  # NaN and inf count, -0.0 does not
+    idx = np.full(length + 16, -1, np.int32)
+    count = found(g, 2, length, idx)
+    want = np.flatnonzero(g[2 : 2 + length] != 0)
+    assert count == want.size
+    np.testing.assert_array_equal(idx[:count], want)
 
 
 def test_no_images_give_zero_gradients():

@@ -5,15 +5,27 @@ gradient. ReLU and max pooling after a convolution leave about 1/KW of them nonz
 text CNN's channels-last input this beats BLAS for the weight gradient, which the
 ``conv_weight`` primitive computes with it (see ``primitives.conv.direct_backward_applies``).
 
-Arithmetic order: output positions (n, o, i, j) are visited in row-major order, a zero output
-gradient is skipped (it contributes nothing, not even where x is inf or NaN), and each position
-adds ``g`` to the bias gradient, ``g * x`` to the weight gradient and ``g * w`` to the input
-gradient, one contiguous run of the window at a time. The batch goes in chunks (at most
-``CHUNKS``, fixed by the batch size) split over numba's threads: each chunk sums its images'
-weight and bias gradients apart, the chunks' sums are added in chunk order, and each image's
-input gradient is its chunk's alone, so any thread count gives the same bits. The text CNN's
-(64, 50, 130) channels-last input, (8, 50, 3) kernel, 1/8 of g nonzero, two threads (Zen 4,
-2026-12-07): 250 us against 490 in one loop over the batch.
+A window of x is a set of runs contiguous in memory (for channels-last input each of its KH
+rows' KW * C values). Each output row's nonzero offsets are gathered first, with no branch on
+the values (a zero output gradient contributes nothing, not even where x is inf or NaN), and
+visited in order; each adds ``g`` to the bias gradient, ``g * x`` to the weight gradient and
+``g * w`` to the input gradient. Two kernels do this:
+
+* float32 with channels-last input (the text CNN's): ``microkernels.py``'s run kernels, one
+  run of every window a call (in pieces of at most ``PIECE`` floats): the weight gradient's
+  run summed in vector registers over the row's nonzeros, the input gradient's windows
+  updated with the run's weights held in registers, one fused multiply-add each, the runs
+  (KH of them) in turn for the whole row;
+* otherwise loops over each nonzero's runs (a multiply and an add each), which numba
+  vectorises.
+
+The batch goes in chunks (at most ``CHUNKS``, fixed by the batch size) split over numba's
+threads: each chunk sums its images' weight and bias gradients apart, the chunks' sums are
+added in chunk order, and each image's input gradient is its chunk's alone, so any thread count
+gives the same bits, and a call asking for one gradient computes it as a call asking for all.
+The text CNN's (64, 50, 130) channels-last input, (8, 50, 3) kernel, 1/8 of g nonzero, two
+threads (Zen 4, 2026-12-08): the run kernels ~130 us against ~250 for the loops (which took 490
+in one loop over the batch, 2026-12-07).
 
 (A forward kernel and conv + ReLU + max-pool kernels fused both ways lived here too; measured
 against the plan's path, ``python benchmarks/conv_backward.py``: 1.8x slower on the seed CNN's
@@ -91,12 +103,10 @@ if numba is not None:
                 for t in range(run):
                     dst[t] += gv * src[t]
 
-    @_jit  # called through thread_loops: not inlined
-    def _conv_bwd_chunk(
-        t, g, xf, xs, rx, rw, run, ws, need_w, need_b, need_x, gwp, gbp, gxf, size, k
-    ):  # pragma: no cover - compiled
-        """Chunk k's images: its weight and bias gradients into gwp[k], gbp[k], each image's
-        input gradient into its part of gxf (zeros first)."""
+    @_inline
+    def _chunk_start(g, xs, gwp, gbp, gxf, need_w, need_b, need_x, size, k):  # pragma: no cover
+        """Chunk k's images [lo, hi) and its weight and bias sums (gwp[k], gbp[k]), zeroed with
+        its images' part of the input gradient."""
         # (a gradient not asked for has one empty part; min() with the parallel loop's unsigned
         # index would give a float)
         gws = gwp[k] if k < gwp.shape[0] else gwp[0]
@@ -109,20 +119,87 @@ if numba is not None:
         hi = min(g.shape[0], lo + size)
         if need_x:
             gxf[lo * xs[0] : hi * xs[0]] = 0
+        return gws, gb, lo, hi
+
+    @_jit  # called through thread_loops: not inlined
+    def _conv_bwd_chunk(
+        t, g, xf, xs, rx, rw, run, ws, need_w, need_b, need_x, gwp, gbp, gxf, size, k
+    ):  # pragma: no cover - compiled
+        """Chunk k's images: its weight and bias gradients into gwp[k], gbp[k], each image's
+        input gradient into its part of gxf (zeros first). Each output row's nonzero offsets
+        are gathered first (no branch on the values), then visited in order."""
+        gws, gb, lo, hi = _chunk_start(g, xs, gwp, gbp, gxf, need_w, need_b, need_x, size, k)
+        idx = np.empty(g.shape[3], np.intp)
         for n in range(lo, hi):
             for o in range(g.shape[1]):
                 for i in range(g.shape[2]):
-                    for j in range(g.shape[3]):
-                        gv = g[n, o, i, j]
-                        if gv != 0:
-                            if need_b:
-                                gb[o] += gv
-                            base = n * xs[0] + i * xs[2] + j * xs[3]
-                            _scatter(gv, base, o, rx, rw, run, xf, ws, gws, gxf, need_w, need_x)
+                    row = g[n, o, i]
+                    count = 0
+                    for j in range(row.shape[0]):
+                        idx[count] = j
+                        count += row[j] != 0
+                    for q in range(count):
+                        j = idx[q]
+                        gv = row[j]
+                        if need_b:
+                            gb[o] += gv
+                        base = n * xs[0] + i * xs[2] + j * xs[3]
+                        _scatter(gv, base, o, rx, rw, run, xf, ws, gws, gxf, need_w, need_x)
+
+    @_jit
+    def _sum_chunks(parts):  # pragma: no cover - compiled
+        """parts[0] += parts[k] for k = 1, 2, ... in order (one call, not one NumPy call a
+        chunk): the chunks' sums in a fixed order, so the same bits on any thread count."""
+        first = parts[0].reshape(-1)
+        for k in range(1, parts.shape[0]):
+            part = parts[k].reshape(-1)
+            for e in range(first.shape[0]):
+                first[e] += part[e]
 
     from .loops import thread_loops, threaded
+    from .microkernels import LANES, RUN_VECTORS, WIDE, nonzeros, runs_input, runs_weight
 
     _conv_bwd, _conv_bwd_parallel = thread_loops(_conv_bwd_chunk, boundscheck=False, nogil=True)
+
+    # the longest piece of a run one call of the run kernels takes
+    PIECE = RUN_VECTORS * LANES
+
+    @_jit  # called through thread_loops: not inlined
+    def _conv_runs_chunk(
+        t, g, gf, xf, xs, rx, rw, run, ws, need_w, need_b, need_x, gwp, gbp, gxf, size, k
+    ):  # pragma: no cover - compiled
+        """``_conv_bwd_chunk`` for float32 on AVX-512 (g also as the flat ``gf``): each
+        output row's nonzero offsets compressed 16 entries a step (``nonzeros``), then
+        each run of the windows (in pieces of at most ``PIECE``) through every one of them:
+        the weight gradient's piece summed in registers (``runs_weight``), the input
+        gradient's windows updated with the piece of weights held in registers
+        (``runs_input``)."""
+        gws, gb, lo, hi = _chunk_start(g, xs, gwp, gbp, gxf, need_w, need_b, need_x, size, k)
+        width = g.shape[3]
+        idx = np.empty(width + LANES, np.int32)
+        for n in range(lo, hi):
+            for o in range(g.shape[1]):
+                for i in range(g.shape[2]):
+                    g0 = ((n * g.shape[1] + o) * g.shape[2] + i) * width
+                    count = nonzeros(gf, g0, width, idx)
+                    if need_b:
+                        for q in range(count):
+                            gb[o] += gf[g0 + idx[q]]
+                    for r in range(rx.shape[0]):
+                        x0 = n * xs[0] + i * xs[2] + rx[r]
+                        w0 = o * ws.shape[1] + rw[r]
+                        for p in range(0, run, PIECE):
+                            piece = min(PIECE, run - p)
+                            if need_w:
+                                runs_weight(
+                                    gf, g0, idx, count, xf, x0 + p, xs[3], gws, w0 + p, piece
+                                )
+                            if need_x:
+                                runs_input(
+                                    gf, g0, idx, count, ws, w0 + p, gxf, x0 + p, xs[3], piece
+                                )
+
+    _conv_runs, _conv_runs_parallel = thread_loops(_conv_runs_chunk, boundscheck=False, nogil=True)
 
 
 def _channels_last(x4: np.ndarray) -> bool:
@@ -136,6 +213,18 @@ def direct_layout_ok(x: np.ndarray, w: np.ndarray) -> bool:
     ``primitives.conv.direct_backward_applies``)."""
     x4, w4 = _as2d(x), _as2d(w)
     return x4.ndim == 4 and _channels_last(x4) and w4.shape[1] * w4.shape[3] >= 16
+
+
+def runs_apply(g4, xf, ws, gxf, cl: bool) -> bool:
+    """Whether the backward takes the run kernels (``_conv_runs_chunk``): AVX-512, float32,
+    channels-last input (its windows' runs long: the loops' kernel otherwise)."""
+    return (
+        numba is not None
+        and WIDE
+        and cl
+        and all(a.dtype == np.float32 for a in (g4, xf, ws, gxf))
+        and g4.flags.c_contiguous
+    )
 
 
 def _flat(a4: np.ndarray, cl: bool) -> np.ndarray:
@@ -179,11 +268,16 @@ def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
     gxs = gx4 if direct else (np.empty_like(x4) if gx is not None else None)
     gxf = _flat(gxs, cl) if gxs is not None else np.empty(0, g.dtype)
     parallel = threaded(chunks, g.size, PARALLEL_MIN_SIZE)
-    run_chunks = _conv_bwd_parallel if parallel else _conv_bwd
+    g4, xf = _as2d(g), _flat(x4, cl)
+    if runs_apply(g4, xf, ws, gxf, cl):
+        run_chunks = _conv_runs_parallel if parallel else _conv_runs
+        first = (g4, g4.reshape(-1), xf)
+    else:
+        run_chunks = _conv_bwd_parallel if parallel else _conv_bwd
+        first = (g4, xf)
     run_chunks(
         chunks,
-        _as2d(g),
-        _flat(x4, cl),
+        *first,
         xs,
         rx,
         rw,
@@ -197,11 +291,10 @@ def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
         gxf,
         size,
     )
-    for k in range(1, chunks):  # chunk order: the same bits on any thread count
-        if gw is not None:
-            np.add(gwp[0], gwp[k], out=gwp[0])
-        if gb is not None:
-            np.add(gbp[0], gbp[k], out=gbp[0])
+    if gw is not None:
+        _sum_chunks(gwp)
+    if gb is not None:
+        _sum_chunks(gbp)
     gws = gwp[0]
     if gb is not None:
         np.copyto(gb, gbp[0])
