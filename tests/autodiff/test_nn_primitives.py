@@ -211,14 +211,44 @@ def test_embedding_accepts_int_tensor_and_int32():
     np.testing.assert_array_equal(tg.embedding(w, tg.tensor(idx)).data, w[idx])
 
 
-def test_scatter_kernel_is_exact_against_add_at():
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_scatter_kernel_is_exact_against_add_at(dtype):
     rng = np.random.default_rng(10)
-    idx = rng.integers(0, 50, 2000)
+    idx = rng.integers(0, 50, 2000).astype(dtype)
     src = f32(rng, 2000, 7)
     a, b = np.zeros((50, 7), np.float32), np.zeros((50, 7), np.float32)
     scatter.scatter_add_rows(a, idx, src)
     scatter.scatter_add_rows_reference(b, idx, src)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 37, 9000])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int16])
+def test_gather_kernel_equals_take_serial_and_parallel(n, dtype, threads, monkeypatch):
+    """Ranges of rows on numba's threads (9,000 rows of 7 go parallel with the minimum at
+    zero) copy what np.take does; ids of any int type, a strided table."""
+    monkeypatch.setattr(scatter, "PARALLEL_MIN_SIZE", 0)
+    rng = np.random.default_rng(12)
+    table = f32(rng, 60, 14)[:, ::2]  # not contiguous: the kernel reads a copy
+    idx = rng.integers(0, 60, n).astype(dtype)
+    want = np.take(table, idx, axis=0)
+    for count in (1, 2):
+        threads(count)
+        out = np.full((n, 7), 5, np.float32)
+        scatter.gather_rows(table, idx, out)
+        np.testing.assert_array_equal(out, want)
+
+
+def test_embedding_into_a_strided_buffer_keeps_its_rows():
+    """A plan's output buffer that is not contiguous gets the rows copied in, not lost."""
+    from tapegrad.autodiff.primitives.nn import _embedding_fwd
+
+    rng = np.random.default_rng(13)
+    w = f32(rng, 9, 4)
+    idx = np.array([[3, 8, 0], [1, 1, 7]])
+    out = np.zeros((2, 3, 8), np.float32)[:, :, ::2]
+    assert _embedding_fwd(w, idx, out=out) is out
+    np.testing.assert_array_equal(out, w[idx])
 
 
 # -- losses ----------------------------------------------------------------------------------

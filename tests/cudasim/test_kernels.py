@@ -138,9 +138,10 @@ def test_linear_recurrence(reverse):
     np.testing.assert_allclose(out, ref, **F64)
 
 
-def test_scatter_add_rows_accumulates_repeats():
+@pytest.mark.parametrize("dtype", [np.intp, np.int32])  # the embedding passes its ids as given
+def test_scatter_add_rows_accumulates_repeats(dtype):
     rng = np.random.default_rng(6)
-    idx = np.array([3, 0, 3, 3, 1, 0], np.intp)
+    idx = np.array([3, 0, 3, 3, 1, 0], dtype)
     src = rng.normal(size=(6, 4)).astype(np.float32)
     out, ref = np.zeros((5, 4), np.float32), np.zeros((5, 4), np.float32)
     gpu.scatter_add_rows(out, idx, src)

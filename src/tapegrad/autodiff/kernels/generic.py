@@ -37,6 +37,7 @@ from .cpu.norm import softmax_forward_reference as softmax_forward
 from .cpu.products import bind_matmul_reference as bind_matmul
 from .cpu.products import matmul_reference as matmul
 from .cpu.random import dropout_mask_reference as dropout_mask
+from .cpu.scatter import gather_rows_reference as gather_rows
 from .cpu.special import add_arrays_reference as add_arrays
 from .cpu.special import relu_backward_reference as relu_backward
 from .cpu.special import relu_forward_reference as relu_forward
@@ -60,6 +61,7 @@ __all__ = [
     "conv_rows_forward",
     "direct_layout_ok",
     "dropout_mask",
+    "gather_rows",
     "gru_scan_backward",
     "gru_scan_forward",
     "im2col",

@@ -46,7 +46,7 @@ def _copied(buf: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 
 def _embedding_fwd(weight, indices, out=None, ws=None):
-    v = weight.shape[0]
+    v, d = weight.shape
     if indices.size:
         lo, hi = indices.min(), indices.max()
         if lo < 0 or hi >= v:
@@ -55,14 +55,12 @@ def _embedding_fwd(weight, indices, out=None, ws=None):
                 f"embedding: index {int(bad)} is out of range for a table of {v} rows "
                 f"(V={v}; valid: 0..{v - 1})"
             )
-    if out is None:
-        return np.take(weight, indices, axis=0)
-    # into a buffer: np.take converts other index types, and buffers in mode="raise" (the
-    # range is checked above), on every call
-    idx = _copied(scratch(ws, "idx", indices.shape, np.intp, like=indices), indices)
-    if type(weight) is not np.ndarray:  # a device's take has no mode (it wraps)
-        return xp_of(weight).take(weight, idx, axis=0, out=out)
-    return np.take(weight, idx, axis=0, out=out, mode="wrap")
+    res = out
+    if out is None or not out.flags.c_contiguous:  # the kernel writes contiguous rows
+        res = xp_of(weight).empty(indices.shape + (d,), weight.dtype)
+    # the range is checked above: the kernel's loop does not
+    kernels_for(weight).gather_rows(weight, indices.reshape(-1), res.reshape(-1, d))
+    return res if out is None else _copied(out, res) if res is not out else out
 
 
 def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):
@@ -72,8 +70,6 @@ def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):
         gw.fill(0)
     if not g.flags.c_contiguous:  # the scatter reads rows: a contiguous copy first
         g = _copied(scratch(ws, "g", g.shape, g.dtype, like=g), g)
-    if indices.dtype != np.intp:  # the loop takes intp ids (converted once per call)
-        indices = _copied(scratch(ws, "idx", indices.shape, np.intp, like=g), indices)
     kernels_for(g).scatter_add_rows(gw, indices.reshape(-1), g.reshape(-1, d))
     return gw
 

@@ -51,7 +51,7 @@ from .recurrent import (
 from .reduce import sum_rows
 from .scan import linear_recurrence
 from .scan_chunks import scan_rows
-from .scatter import scatter_add_rows
+from .scatter import gather_rows, scatter_add_rows
 from .selection import select
 from .special import (
     add_arrays,
@@ -89,6 +89,7 @@ __all__ = [
     "direct_layout_ok",
     "dropout_mask",
     "erf",
+    "gather_rows",
     "gelu_backward",
     "gelu_forward",
     "gru_backward_step",
