@@ -90,14 +90,18 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
 
     ``backward(g, arg, out, gx, relu)`` writes ``gx`` whole: zeros, plus each ``g`` at its
     window's offset, only where ``out > 0`` when ``relu`` (``out`` is read only then).
+
+    Both split the planes over numba's threads (each plane whole on one: the same bits at any
+    thread count): the text CNN's (512, 1, 128) planes, windows of 8, ReLU fused, two threads
+    (Zen 4, 2026-12-08): forward 28 -> 14 us, backward 20 -> 13.
     """
     k = kh * kw
 
-    @cached_jit(boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True, parallel=True)
     def forward(x, out, arg, relu):  # pragma: no cover - compiled
         oh, ow = out.shape[1], out.shape[2]
         zero = out.dtype.type(0)
-        for m in range(x.shape[0]):
+        for m in numba.prange(x.shape[0]):
             p = x[m]
             flat = p.reshape(p.size)
             nan = False
@@ -127,10 +131,10 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
                                 a[i, j] = q
                                 break
 
-    @cached_jit(boundscheck=False, nogil=True)
+    @cached_jit(boundscheck=False, nogil=True, parallel=True)
     def backward(g, arg, out, gx, relu):  # pragma: no cover - compiled
         oh, ow = g.shape[1], g.shape[2]
-        for m in range(g.shape[0]):
+        for m in numba.prange(g.shape[0]):
             p = gx[m]
             flat = p.reshape(p.size)
             for e in range(flat.size):
