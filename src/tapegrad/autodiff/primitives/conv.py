@@ -151,6 +151,14 @@ def _channels_last(x) -> bool:
     return a.shape[1] > 1 and np.moveaxis(a, 1, -1).flags.c_contiguous
 
 
+def _channel_sums(g):
+    """The bias's gradient: g (N, C, *spatial) summed over the batch first (NumPy adds whole
+    contiguous images), then over each channel's positions: 2-4x faster than NumPy's one
+    reduction over (0, 2, ...) (text-cnn's (64, 8, 128): 26 -> 11 us; seed-cnn's (100, 6, 26,
+    26): 82 -> 35; (128, 64, 14, 14): 407 -> 180)."""
+    return g.sum(axis=0).sum(axis=tuple(range(1, g.ndim - 1)))
+
+
 def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, dilation, groups, aux):
     # One gradient in every mode: the adjoint primitives, whose forwards are the fast kernels.
     # ``aux`` (the columns or padded input the forward saved) is what conv_weight would
@@ -161,7 +169,7 @@ def _conv_vjp(g, out, needs, x, w, *bias, stride, padding, dilation, groups, aux
         if needs[0]
         else None,
         run(conv_weight, x, g, *aux, ksize=w.shape[2:], **geo) if needs[1] else None,
-        g.sum(axis=(0,) + tuple(range(2, g.ndim))) if bias and needs[2] else None,
+        _channel_sums(g) if bias and needs[2] else None,
     ]
     return grads[: 2 + len(bias)]
 
@@ -325,7 +333,7 @@ def _conv_transpose_vjps():
         )
 
     def db(h, out, y, w, *bias, size, stride, padding, dilation, groups, **_):
-        return h.sum(axis=(0,) + tuple(range(2, h.ndim)))
+        return _channel_sums(h)
 
     return (dy, dw, db)
 
