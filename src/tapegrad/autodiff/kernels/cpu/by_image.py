@@ -109,6 +109,7 @@ if numba is not None and _gemm.AVAILABLE:
     from .columns import pitched as _pitched
     from .gemm import NO_TRANS, TRANS, gemm, one_blas_thread
     from .loops import thread_loops, threaded
+    from .reduce import add_chunks
 
     _opts = dict(boundscheck=False, nogil=True)
 
@@ -385,9 +386,8 @@ if numba is not None and _gemm.AVAILABLE:
                 size,
                 *_geometry(gw, stride, padding, dilation),
             )
+        add_chunks(parts)  # chunk order: the same bits on any thread count
         total = parts[0]
-        for k in range(1, chunks):  # chunk order: the same bits on any thread count
-            np.add(total, parts[k], out=total)
         np.copyto(gw.reshape(o, c, taps), total.reshape(taps, c, o).transpose(2, 1, 0))
 
 else:  # pragma: no cover

@@ -146,18 +146,9 @@ if numba is not None:
                         base = n * xs[0] + i * xs[2] + j * xs[3]
                         _scatter(gv, base, o, rx, rw, run, xf, ws, gws, gxf, need_w, need_x)
 
-    @_jit
-    def _sum_chunks(parts):  # pragma: no cover - compiled
-        """parts[0] += parts[k] for k = 1, 2, ... in order (one call, not one NumPy call a
-        chunk): the chunks' sums in a fixed order, so the same bits on any thread count."""
-        first = parts[0].reshape(-1)
-        for k in range(1, parts.shape[0]):
-            part = parts[k].reshape(-1)
-            for e in range(first.shape[0]):
-                first[e] += part[e]
-
     from .loops import thread_loops, threaded
     from .microkernels import LANES, RUN_VECTORS, WIDE, nonzeros, runs_input, runs_weight
+    from .reduce import add_chunks
 
     _conv_bwd, _conv_bwd_parallel = thread_loops(_conv_bwd_chunk, boundscheck=False, nogil=True)
 
@@ -292,9 +283,9 @@ def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
         size,
     )
     if gw is not None:
-        _sum_chunks(gwp)
+        add_chunks(gwp)
     if gb is not None:
-        _sum_chunks(gbp)
+        add_chunks(gbp)
     gws = gwp[0]
     if gb is not None:
         np.copyto(gb, gbp[0])

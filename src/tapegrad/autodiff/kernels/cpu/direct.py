@@ -96,6 +96,7 @@ if AVAILABLE:
         window_block8,
         window_dots,
     )
+    from .reduce import add_chunks
 
     _opts = dict(boundscheck=False, nogil=True)
 
@@ -392,9 +393,8 @@ if AVAILABLE:
             parts = _buffer(scratch, "direct_dots", (chunks, cg, tg, lanes))
             run = _dots_parallel if threads > 1 else _dots
             run(chunks, x, g, parts, offs, xps, size, stride[0], *padding)
+        add_chunks(parts)  # chunk order: the same bits on any thread count
         total = parts[0]
-        for k in range(1, chunks):  # chunk order: the same bits on any thread count
-            np.add(total, parts[k], out=total)
         if blocks:
             np.copyto(gw.reshape(o, taps), total[:taps].T)
             return True

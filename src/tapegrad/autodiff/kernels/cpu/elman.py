@@ -82,6 +82,7 @@ if numba is not None and _gemm.AVAILABLE:
     from ..jit import cached_jit
     from .loops import split_loops
     from .recurrent import _tanh
+    from .reduce import add_chunks
     from .scan_chunks import JIT as _JIT
     from .scan_chunks import rows as _rows
     from .scan_chunks import rows_of_transpose, run_chunks
@@ -181,9 +182,8 @@ if numba is not None and _gemm.AVAILABLE:
             parts,
         )  # fmt: skip
         if weight:
+            add_chunks(parts)  # in chunk order: the same bits on any thread count
             np.copyto(dwhh, parts[0])
-            for k in range(1, chunks):
-                dwhh += parts[k]
 
 else:  # pragma: no cover
     rnn_scan_forward = rnn_scan_forward_reference

@@ -15,6 +15,11 @@ def sum_rows_reference(x: np.ndarray, out: np.ndarray) -> None:
     np.sum(x, axis=0, out=out)
 
 
+def add_chunks_reference(parts: np.ndarray) -> None:
+    for k in range(1, parts.shape[0]):
+        np.add(parts[0], parts[k], out=parts[0])
+
+
 try:
     import numba
 except ImportError:  # pragma: no cover
@@ -32,5 +37,19 @@ if numba is not None:
             for j in range(x.shape[1]):
                 out[j] += x[i, j]
 
+    @cached_jit(boundscheck=False, nogil=True)
+    def _add_chunks(flat):  # pragma: no cover - compiled
+        for k in range(1, flat.shape[0]):
+            for e in range(flat.shape[1]):
+                flat[0, e] += flat[k, e]
+
+    def add_chunks(parts: np.ndarray) -> None:
+        """``parts[0] += parts[k]`` for k = 1, 2, ... in order, for a contiguous ``parts`` (K,
+        ...): the chunks' sums of a kernel split over threads, added in chunk order (the same
+        bits on any thread count), in one compiled call rather than one NumPy call a chunk
+        (16 chunks: ~18 us of calls)."""
+        _add_chunks(parts.reshape(parts.shape[0], -1))
+
 else:  # pragma: no cover
     sum_rows = sum_rows_reference
+    add_chunks = add_chunks_reference
