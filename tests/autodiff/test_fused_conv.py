@@ -264,3 +264,44 @@ def test_kernels_refuse_mismatched_shapes_before_their_unchecked_loops():
         K.conv_backward(g, x, w, None, None, np.empty((2, 3, 9, 8), np.float32))
     with pytest.raises(ShapeError, match="conv_backward: input .* and weight .* do not fit"):
         K.conv_backward(g, x, np.zeros((4, 2, 3, 3), np.float32), None, None, None)
+
+
+_WITHOUT_AVX512 = """
+import numpy as np
+from tapegrad.autodiff.kernels.cpu import conv as K
+from tapegrad.autodiff.kernels.cpu import microkernels as M
+assert not M.WIDE, "numba compiled for AVX-512"
+K.WIDE = True  # the dispatcher's rule: the run kernels, their vectors split by LLVM
+rng = np.random.default_rng(5)
+for xs, ws in (((2, 70, 12), (3, 70, 3)), ((3, 20, 6, 9), (4, 20, 3, 3))):
+    base = rng.normal(size=(xs[0],) + xs[2:] + (xs[1],)).astype(np.float32)
+    x = np.moveaxis(base, -1, 1)
+    w = rng.normal(size=ws).astype(np.float32)
+    g = rng.normal(size=(xs[0], ws[0]) + tuple(n - k + 1 for n, k in zip(xs[2:], ws[2:])))
+    g = g.astype(np.float32)
+    g[rng.uniform(size=g.shape) < 0.7] = 0
+    got = [np.empty(w.shape, np.float32), np.empty(ws[0], np.float32), np.empty_like(x)]
+    want = [np.empty(w.shape), np.empty(ws[0]), np.empty(x.shape)]
+    K.conv_backward(g, x, w, *got)
+    K.conv_backward_reference(*(a.astype(np.float64) for a in (g, x, w)), *want)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+print("ok")
+"""
+
+
+def test_run_kernels_compile_without_avx512(tmp_path):
+    """Where numba compiles without AVX-512 (here for Haswell, AVX2, in a process of its own
+    with a cache of its own), ``nonzeros`` takes LLVM's generic compressing store and the run
+    kernels' 512-bit vectors are split: the gradients still match the reference."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("NUMBA_CPU_FEATURES", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_AVX512], env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
