@@ -55,12 +55,14 @@ def _embedding_fwd(weight, indices, out=None, ws=None):
                 f"embedding: index {int(bad)} is out of range for a table of {v} rows "
                 f"(V={v}; valid: 0..{v - 1})"
             )
-    res = out
+    rows = out
     if out is None or not out.flags.c_contiguous:  # the kernel writes contiguous rows
-        res = xp_of(weight).empty(indices.shape + (d,), weight.dtype)
+        rows = xp_of(weight).empty(indices.shape + (d,), weight.dtype)
     # the range is checked above: the kernel's loop does not
-    kernels_for(weight).gather_rows(weight, indices.reshape(-1), res.reshape(-1, d))
-    return res if out is None else _copied(out, res) if res is not out else out
+    kernels_for(weight).gather_rows(weight, indices.reshape(-1), rows.reshape(-1, d))
+    if out is None or rows is out:
+        return rows
+    return _copied(out, rows)
 
 
 def _embedding_backward_fwd(g, indices, rows, out=None, ws=None):

@@ -159,7 +159,7 @@ if numba is not None:
     def _conv_runs_chunk(
         t, g, gf, xf, xs, rx, rw, run, ws, need_w, need_b, need_x, gwp, gbp, gxf, size, k
     ):  # pragma: no cover - compiled
-        """``_conv_bwd_chunk`` for float32 on AVX-512 (g also as the flat ``gf``): each
+        """``_conv_bwd_chunk`` for float32 (g also as the flat ``gf``): each
         output row's nonzero offsets compressed 16 entries a step (``nonzeros``), then
         each run of the windows (in pieces of at most ``PIECE``) through every one of them:
         the weight gradient's piece summed in registers (``runs_weight``), the input
@@ -183,7 +183,7 @@ if numba is not None:
                             piece = min(PIECE, run - p)
                             if need_w:
                                 runs_weight(
-                                    gf, g0, idx, count, xf, x0 + p, xs[3], gws, w0 + p, piece
+                                    gf, g0, idx, count, xf, x0 + p, gws, w0 + p, xs[3], piece
                                 )
                             if need_x:
                                 runs_input(
@@ -282,14 +282,12 @@ def _backward_call(g, x, w, gw, gb, gx, scratch=None) -> None:
         gxf,
         size,
     )
-    if gw is not None:
-        add_chunks(gwp)
     if gb is not None:
         add_chunks(gbp)
-    gws = gwp[0]
-    if gb is not None:
         np.copyto(gb, gbp[0])
     if gw is not None:
+        add_chunks(gwp)
+        gws = gwp[0]
         shaped = gws.reshape(o, kh, kw, c).transpose(0, 3, 1, 2) if cl else gws.reshape(w4.shape)
         np.copyto(_as2d(gw), shaped)
     if gx is not None and not direct:

@@ -542,71 +542,71 @@ if AVAILABLE:
             gv = _splat(builder, builder.load(builder.gep(gd, [builder.add(g0, j)])))
             yield gv, builder.add(x0, builder.mul(j, xstep))
 
-    @intrinsic
-    def runs_weight(typingctx, g, g0, idx, count, x, x0, xstep, acc, a0, run):
-        """For q < count in order, j = idx[q]: ``acc[a0 + t] += g[g0 + j] * x[x0 + j*xstep +
-        t]`` for t < run (1 to 16 * ``RUN_VECTORS``), one fused multiply-add each, the run's
-        accumulators held in registers over the q: a weight gradient's row from the nonzero
-        entries of one output row."""
-        if not (_float32_c(g, x, acc) and _int32_c(idx)):
-            return None
-        sig = types.void(g, g0, idx, count, x, x0, xstep, acc, a0, run)
+    def _runs(update):
+        """An intrinsic ``(g, g0, idx, count, a, a0, b, b0, xstep, run)``: one run of ``run``
+        floats (1 to 16 * ``RUN_VECTORS``) through the nonzero offsets ``idx[:count]`` of a row
+        of g (from g0). ``update(builder, gd, jd, g0, count, (a, a0), (b, b0), xstep, masks)``
+        emits the unrolled code for the run's vectors (``masks``: None but the last's)."""
 
-        def codegen(context, builder, sig, args):
-            _, g0, _, count, _, x0, xstep, _, a0, run = args
-            gd, jd, xd, ad = _pointers(context, builder, sig, args, 0, 2, 4, 7)
-            i64 = g0.type
+        @intrinsic
+        def runs(typingctx, g, g0, idx, count, a, a0, b, b0, xstep, run):
+            if not (_float32_c(g, a, b) and _int32_c(idx)):
+                return None
+            sig = types.void(g, g0, idx, count, a, a0, b, b0, xstep, run)
 
-            def emit(vectors, last):
-                masks = [None] * (vectors - 1) + [last]
-                spots = [builder.add(a0, i64(LANES * u)) for u in range(vectors)]
-                accs = [
-                    cgutils.alloca_once_value(builder, _load_vector(builder, ad, s, m))
-                    for s, m in zip(spots, masks)
-                ]
-                with _each_nonzero(builder, gd, jd, g0, count, x0, xstep) as (gv, base):
-                    for u, (acc, m) in enumerate(zip(accs, masks)):
-                        xv = _load_vector(builder, xd, builder.add(base, i64(LANES * u)), m)
-                        builder.store(_fma(builder, gv, xv, builder.load(acc)), acc)
-                for acc, s, m in zip(accs, spots, masks):
-                    _store_vector(builder, builder.load(acc), ad, s, m)
+            def codegen(context, builder, sig, args):
+                _, g0, _, count, _, a0, _, b0, xstep, run = args
+                gd, jd, ad, bd = _pointers(context, builder, sig, args, 0, 2, 4, 6)
 
-            _each_length(builder, run, emit)
-            return context.get_dummy_value()
+                def emit(vectors, last):
+                    masks = [None] * (vectors - 1) + [last]
+                    update(builder, gd, jd, g0, count, (ad, a0), (bd, b0), xstep, masks)
 
-        return sig, codegen
+                _each_length(builder, run, emit)
+                return context.get_dummy_value()
 
-    @intrinsic
-    def runs_input(typingctx, g, g0, idx, count, w, w0, gx, x0, xstep, run):
-        """For q < count in order, j = idx[q]: ``gx[x0 + j*xstep + t] += g[g0 + j] * w[w0 +
-        t]`` for t < run (1 to 16 * ``RUN_VECTORS``), one fused multiply-add each, the run's
-        weights held in registers: an input gradient's windows from the nonzero entries of one
-        output row (windows may overlap: each q reads what the last one wrote)."""
-        if not (_float32_c(g, w, gx) and _int32_c(idx)):
-            return None
-        sig = types.void(g, g0, idx, count, w, w0, gx, x0, xstep, run)
+            return sig, codegen
 
-        def codegen(context, builder, sig, args):
-            _, g0, _, count, _, w0, _, x0, xstep, run = args
-            gd, jd, wd, xd = _pointers(context, builder, sig, args, 0, 2, 4, 6)
-            i64 = g0.type
+        return runs
 
-            def emit(vectors, last):
-                masks = [None] * (vectors - 1) + [last]
-                weights = [
-                    _load_vector(builder, wd, builder.add(w0, i64(LANES * u)), m)
-                    for u, m in enumerate(masks)
-                ]
-                with _each_nonzero(builder, gd, jd, g0, count, x0, xstep) as (gv, base):
-                    for u, (wv, m) in enumerate(zip(weights, masks)):
-                        at = builder.add(base, i64(LANES * u))
-                        old = _load_vector(builder, xd, at, m)
-                        _store_vector(builder, _fma(builder, gv, wv, old), xd, at, m)
+    def _at(builder, start, u):
+        return builder.add(start, start.type(LANES * u))
 
-            _each_length(builder, run, emit)
-            return context.get_dummy_value()
+    def _weight_runs(builder, gd, jd, g0, count, windows, sums, xstep, masks):
+        """acc's run summed in registers over the nonzeros' windows."""
+        (xd, x0), (ad, a0) = windows, sums
+        accs = [
+            cgutils.alloca_once_value(builder, _load_vector(builder, ad, _at(builder, a0, u), m))
+            for u, m in enumerate(masks)
+        ]
+        with _each_nonzero(builder, gd, jd, g0, count, x0, xstep) as (gv, base):
+            for u, (acc, m) in enumerate(zip(accs, masks)):
+                xv = _load_vector(builder, xd, _at(builder, base, u), m)
+                builder.store(_fma(builder, gv, xv, builder.load(acc)), acc)
+        for u, (acc, m) in enumerate(zip(accs, masks)):
+            _store_vector(builder, builder.load(acc), ad, _at(builder, a0, u), m)
 
-        return sig, codegen
+    def _input_runs(builder, gd, jd, g0, count, weights, windows, xstep, masks):
+        """The windows' run updated over the nonzeros, the run's weights in registers."""
+        (wd, w0), (xd, x0) = weights, windows
+        wvs = [_load_vector(builder, wd, _at(builder, w0, u), m) for u, m in enumerate(masks)]
+        with _each_nonzero(builder, gd, jd, g0, count, x0, xstep) as (gv, base):
+            for u, (wv, m) in enumerate(zip(wvs, masks)):
+                at = _at(builder, base, u)
+                old = _load_vector(builder, xd, at, m)
+                _store_vector(builder, _fma(builder, gv, wv, old), xd, at, m)
+
+    runs_weight = _runs(_weight_runs)
+    runs_weight.__doc__ = """``(g, g0, idx, count, x, x0, acc, a0, xstep, run)``: for q < count
+        in order, j = idx[q], ``acc[a0 + t] += g[g0 + j] * x[x0 + j*xstep + t]`` for t < run,
+        one fused multiply-add each, the run's accumulators held in registers over the q: a
+        weight gradient's run from the nonzero entries of one output row."""
+    runs_input = _runs(_input_runs)
+    runs_input.__doc__ = """``(g, g0, idx, count, w, w0, gx, x0, xstep, run)``: for q < count in
+        order, j = idx[q], ``gx[x0 + j*xstep + t] += g[g0 + j] * w[w0 + t]`` for t < run, one
+        fused multiply-add each, the run's weights held in registers: an input gradient's
+        windows from the nonzero entries of one output row (windows may overlap: each q reads
+        what the last one wrote)."""
 
     _IDX = ir.VectorType(_I32, LANES)
 
