@@ -418,14 +418,17 @@ def _adjoint_samples(rng, which):
         for xs, ws, has_bias, stride, padding, dilation, groups in _conv_cases(d):
             geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
             x, w = S.values(rng, xs), S.values(rng, ws)
-            y = _conv_fwd(x, w, **geo)[0]
+            y_shape = (xs[0], ws[0]) + tuple(  # the forward's output, not run (no kernel compiles)
+                out_size(n, k, s, lo, hi, dl)
+                for n, k, s, (lo, hi), dl in zip(xs[2:], ws[2:], stride, padding, dilation)
+            )
             if which == "transpose":
-                args = (S.values(rng, y.shape), w) + (
+                args = (S.values(rng, y_shape), w) + (
                     (S.values(rng, (xs[1],)),) if has_bias else ()
                 )
                 out.append(Sample(args, {"size": xs[2:], **geo}))
             else:
-                out.append(Sample((x, S.values(rng, y.shape)), {"ksize": ws[2:], **geo}))
+                out.append(Sample((x, S.values(rng, y_shape)), {"ksize": ws[2:], **geo}))
     # the direct kernel: a channels-last input (C * KW >= 16) and a gradient at most a quarter
     # nonzero; the transpose laid out channels-last
     x = np.ascontiguousarray(S.values(rng, (2, 9, 8))).transpose(0, 2, 1)  # (N, C=8, L=9)

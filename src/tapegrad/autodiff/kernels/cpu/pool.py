@@ -71,6 +71,90 @@ except ImportError:  # pragma: no cover
     numba = None
 
 
+# Windows of one geometry (each direction) that the generic loops pool, their geometry an
+# argument (compiled once for every geometry; 8-17x slower than a geometry's own), before the
+# geometry's own loops are compiled (1-2 s each, cold; loaded from numba's disk cache after):
+# a geometry a program pools a few small arrays with (a test, a one-off evaluation) costs no
+# compilation of its own; a training loop's gets its own after about a millisecond of the
+# generic loops (the text CNN's 8,192 windows a step: its own loops from step 9).
+SPECIALISE_AFTER = 1 << 16
+_window_work: dict[tuple, int] = {}
+
+
+def window_loops(geometry: tuple, backward: bool, windows: int):
+    """The window loops for ``geometry`` (kh, kw, sh, sw, dh, dw) pooling ``windows`` windows
+    now, as ``(loops, extra)``: call ``loops(*args, *extra)``. The generic loops (``extra`` the
+    geometry) until the geometry has pooled :data:`SPECIALISE_AFTER` windows in this process,
+    then :func:`window_kernels`' (``extra`` empty). Both run the same plane loops, so they give
+    the same bits."""
+    key = (geometry, backward)
+    done = _window_work.get(key, 0)
+    if done >= SPECIALISE_AFTER:
+        return window_kernels(*geometry)[backward], ()
+    _window_work[key] = done + windows
+    return (_backward_any if backward else _forward_any), geometry
+
+
+if numba is not None:
+
+    @cached_jit(inline="always", boundscheck=False, nogil=True)
+    def _forward_plane(p, o, a, relu, kh, kw, sh, sw, dh, dw):  # pragma: no cover - compiled
+        """One plane's windows: each maximum (of ``relu(p)`` with ``relu``) and its offset."""
+        k = kh * kw
+        oh, ow = o.shape
+        zero = o.dtype.type(0)
+        flat = p.reshape(p.size)
+        nan = False
+        for e in range(flat.size):
+            nan |= flat[e] != flat[e]
+        for i in range(oh):
+            for j in range(ow):
+                h0, w0 = i * sh, j * sw
+                best = p[h0, w0]
+                bi = 0
+                for q in range(1, k):
+                    v = p[h0 + (q // kw) * dh, w0 + (q % kw) * dw]
+                    gt = v > best
+                    best = v if gt else best
+                    bi = q if gt else bi
+                keep = best > 0 or not relu
+                o[i, j] = best if keep else zero  # relu's 0, also where the maximum is -inf
+                a[i, j] = bi if keep else 0
+        if nan:  # rare: each window's first NaN is its maximum
+            for i in range(oh):
+                for j in range(ow):
+                    for q in range(k):
+                        v = p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw]
+                        if v != v:
+                            o[i, j] = v
+                            a[i, j] = q
+                            break
+
+    @cached_jit(inline="always", boundscheck=False, nogil=True)
+    def _backward_plane(g, a, o, p, relu, kw, sh, sw, dh, dw):  # pragma: no cover - compiled
+        """One plane's input gradient ``p`` whole: each ``g`` at its window's offset."""
+        oh, ow = g.shape
+        flat = p.reshape(p.size)
+        for e in range(flat.size):
+            flat[e] = 0
+        for i in range(oh):
+            for j in range(ow):
+                if relu and not o[i, j] > 0:
+                    continue
+                q = a[i, j]
+                p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw] += g[i, j]
+
+    @cached_jit(boundscheck=False, nogil=True)
+    def _forward_any(x, out, arg, relu, kh, kw, sh, sw, dh, dw):  # pragma: no cover - compiled
+        for m in range(x.shape[0]):
+            _forward_plane(x[m], out[m], arg[m], relu, kh, kw, sh, sw, dh, dw)
+
+    @cached_jit(boundscheck=False, nogil=True)
+    def _backward_any(g, arg, out, gx, relu, kh, kw, sh, sw, dh, dw):  # pragma: no cover
+        for m in range(g.shape[0]):
+            _backward_plane(g[m], arg[m], out[m], gx[m], relu, kw, sh, sw, dh, dw)
+
+
 @functools.cache
 def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
     """``(forward, backward)`` compiled for one window geometry: (kh, kw) windows, strides
@@ -80,7 +164,8 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
     numba's disk cache): the window loop unrolls and constant strides let the output loop use
     vector loads, where runtime strides made every window a scalar loop. On (600, 26, 26) float32
     planes with 2x2 windows, stride 2, ReLU fused: 0.50 ms -> 0.08 ms forward, 0.21 -> 0.09 ms
-    backward (their rows in ``python benchmarks/profile_step.py seed-cnn``).
+    backward (their rows in ``python benchmarks/profile_step.py seed-cnn``). A geometry's first
+    65,536 windows take the generic loops instead (:func:`window_loops`).
 
     ``forward(x, out, arg, relu)`` writes each window's maximum and its offset ``a * kw + b``
     (the first at ties; NaN is the maximum, its first occurrence). With ``relu`` the maximum
@@ -95,56 +180,16 @@ def window_kernels(kh: int, kw: int, sh: int, sw: int, dh: int, dw: int):
     thread count): the text CNN's (512, 1, 128) planes, windows of 8, ReLU fused, two threads
     (Zen 4, 2026-12-08): forward 28 -> 14 us, backward 20 -> 13.
     """
-    k = kh * kw
 
     @cached_jit(boundscheck=False, nogil=True, parallel=True)
     def forward(x, out, arg, relu):  # pragma: no cover - compiled
-        oh, ow = out.shape[1], out.shape[2]
-        zero = out.dtype.type(0)
         for m in numba.prange(x.shape[0]):
-            p = x[m]
-            flat = p.reshape(p.size)
-            nan = False
-            for e in range(flat.size):
-                nan |= flat[e] != flat[e]
-            o, a = out[m], arg[m]
-            for i in range(oh):
-                for j in range(ow):
-                    h0, w0 = i * sh, j * sw
-                    best = p[h0, w0]
-                    bi = 0
-                    for q in range(1, k):
-                        v = p[h0 + (q // kw) * dh, w0 + (q % kw) * dw]
-                        gt = v > best
-                        best = v if gt else best
-                        bi = q if gt else bi
-                    keep = best > 0 or not relu
-                    o[i, j] = best if keep else zero  # relu's 0, also where the maximum is -inf
-                    a[i, j] = bi if keep else 0
-            if nan:  # rare: each window's first NaN is its maximum
-                for i in range(oh):
-                    for j in range(ow):
-                        for q in range(k):
-                            v = p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw]
-                            if v != v:
-                                o[i, j] = v
-                                a[i, j] = q
-                                break
+            _forward_plane(x[m], out[m], arg[m], relu, kh, kw, sh, sw, dh, dw)
 
     @cached_jit(boundscheck=False, nogil=True, parallel=True)
     def backward(g, arg, out, gx, relu):  # pragma: no cover - compiled
-        oh, ow = g.shape[1], g.shape[2]
         for m in numba.prange(g.shape[0]):
-            p = gx[m]
-            flat = p.reshape(p.size)
-            for e in range(flat.size):
-                flat[e] = 0
-            for i in range(oh):
-                for j in range(ow):
-                    if relu and not out[m, i, j] > 0:
-                        continue
-                    q = arg[m, i, j]
-                    p[i * sh + (q // kw) * dh, j * sw + (q % kw) * dw] += g[m, i, j]
+            _backward_plane(g[m], arg[m], out[m], gx[m], relu, kw, sh, sw, dh, dw)
 
     return forward, backward
 
@@ -346,7 +391,8 @@ def pool_planes_forward(x, out, arg, kernel, stride, dilation, relu, scratch=Non
     the window loops. ``scratch(key, shape, dtype)`` (a plan's workspace) keeps the pairs'
     buffers, which are otherwise allocated."""
     if not pairs_apply(kernel, stride, dilation, x.shape[2]):
-        window_kernels(*kernel, *stride, *dilation)[0](x, out, arg, relu)
+        windows, extra = window_loops((*kernel, *stride, *dilation), False, out.size)
+        windows(x, out, arg, relu, *extra)
         return
     per, chunks, parallel = _chunks(x.shape, out.shape[1])
     nans = _buffer(scratch, "pairs_nan", (chunks,), np.bool_)
@@ -358,17 +404,18 @@ def pool_planes_forward(x, out, arg, kernel, stride, dilation, relu, scratch=Non
         run = _pairs_forward_parallel if parallel else _pairs_forward
         run(chunks, x, out, arg, relu, v, low, nans, per)
     if nans.any():  # rare: the window loops find each window's first NaN
-        windows = window_kernels(*kernel, *stride, *dilation)[0]
+        windows, extra = window_loops((*kernel, *stride, *dilation), False, 0)
         for k in np.flatnonzero(nans):
             part = slice(k * per, (k + 1) * per)
-            windows(x[part], out[part], arg[part], relu)
+            windows(x[part], out[part], arg[part], relu, *extra)
 
 
 def pool_planes_backward(g, arg, out, gx, kernel, stride, dilation, relu, scratch=None) -> None:
     """``gx`` (contiguous (M, H, W) planes) whole: each ``g`` at its window's offset (only where
     ``out > 0`` with ``relu``; ``out`` is read only then), zeros elsewhere."""
     if not pairs_apply(kernel, stride, dilation, gx.shape[2]):
-        window_kernels(*kernel, *stride, *dilation)[1](g, arg, out, gx, relu)
+        windows, extra = window_loops((*kernel, *stride, *dilation), True, g.size)
+        windows(g, arg, out, gx, relu, *extra)
         return
     per, chunks, parallel = _chunks(gx.shape, g.shape[1])
     if _wide(gx, arg):
