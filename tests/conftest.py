@@ -39,3 +39,13 @@ def real_data() -> pathlib.Path:
         f"the real datasets are not at {root}; set TAPEGRAD_DATA to the shared data folder"
     )
     return root
+
+
+@pytest.fixture
+def threads():
+    """``threads(n)`` sets numba's thread count (at most its pool's); restored after the test."""
+    import numba  # here: the settings above come before numba is imported
+
+    before = numba.get_num_threads()
+    yield lambda n: numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(before)

@@ -132,3 +132,38 @@ def test_bad_arguments():
         Batches(np.float32(1.0), None, 1)
     with pytest.raises(ValueError, match="epoch must be >= 0"):
         Batches(x, y, 4).set_epoch(-1)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: r.random((500, 28, 28), dtype=np.float32),  # MNIST's images: the gather
+        lambda r: r.random((500, 40)),  # float64 rows: the gather
+        lambda r: r.random((40, 500), dtype=np.float32).T,  # not C-contiguous: NumPy
+        lambda r: r.integers(0, 9, (500, 7)).astype(np.int32),  # ints: NumPy
+        lambda r: r.random(500, dtype=np.float32),  # 1-d: NumPy
+        lambda r: r.random((500, 0), dtype=np.float32),  # empty rows
+    ],
+)
+def test_take_rows_is_fancy_indexing(make, threads):
+    """The compiled gather gives what ``a[idx]`` gives (values, shape, dtype, a new array), at
+    one thread and two (a batch of 300 rows of 784 floats goes parallel)."""
+    from tapegrad.data.batches import take_rows
+
+    rng = np.random.default_rng(3)
+    a = make(rng)
+    for n in (1, 2):
+        threads(n)
+        for idx in (rng.permutation(500)[:300], np.array([7, 7, 499, 0]), np.arange(0)):
+            got, want = take_rows(a, idx), a[idx]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert got.tobytes() == want.tobytes()
+            assert not np.shares_memory(got, a)
+
+
+def test_shuffled_batches_of_a_memmap_are_its_rows(tmp_path):
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", "w+", np.float32, (50, 6))
+    x[:] = np.arange(300, dtype=np.float32).reshape(50, 6)
+    b = Batches(x, np.arange(50), 16, seed=2)
+    got = np.concatenate([xb for xb, _ in b.epoch(0)])
+    np.testing.assert_array_equal(got, np.asarray(x)[b.order(0)])

@@ -4,7 +4,8 @@ Shuffling is a permutation drawn from ``numpy.random.default_rng([seed, epoch])`
 order depends on ``(seed, k)`` only, not on how many epochs ran before, so a run resumed at
 epoch ``k`` (and batch ``start``) sees exactly the batches an uninterrupted run would.
 Batches are taken with one fancy-indexing operation each (a slice view when not shuffling),
-never a Python loop over samples.
+never a Python loop over samples; float rows of a contiguous array are copied by the CPU
+kernels' compiled gather instead, on numba's threads (:func:`take_rows`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..autodiff.kernels import cpu as _cpu
+
+# what the compiled gather copies (the dtypes whose gather the kernels compile anyway: an
+# embedding's table); other arrays are indexed by NumPy
+_GATHERED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a[idx]`` for an int array ``idx`` of valid row numbers, a new array. The rows of a plain
+    C-contiguous float array are copied by the CPU kernels' gather (``gather_rows``: ranges of
+    rows on numba's threads; the same values): a shuffled MNIST batch, 100 random rows of 784
+    float32 (313 KiB), took 40 us by fancy indexing and 22 us so on two threads (Zen 4,
+    2026-12-08), a tenth of seed-rnn's step."""
+    row = a.size // len(a) if len(a) else 0
+    if type(a) is not np.ndarray or a.ndim < 2 or row == 0 or a.dtype not in _GATHERED:
+        return a[idx]
+    if not a.flags.c_contiguous:
+        return a[idx]
+    out = np.empty((len(idx),) + a.shape[1:], a.dtype)
+    _cpu.gather_rows(a.reshape(len(a), row), idx, out.reshape(len(idx), row))
+    return out
 
 
 class Batches:
@@ -94,11 +117,14 @@ class Batches:
             if self.shard is not None:  # this rank's contiguous part of the global batch
                 rank, ranks = self.shard
                 lo, hi = lo + (hi - lo) * rank // ranks, lo + (hi - lo) * (rank + 1) // ranks
-            idx = order[lo:hi] if order is not None else slice(lo, hi)
-            if self.y is None:
-                yield self.x[idx]
-            else:
-                yield self.x[idx], self.y[idx]
+            if order is None:
+                idx = slice(lo, hi)
+                yield self.x[idx] if self.y is None else (self.x[idx], self.y[idx])
+                continue
+            idx = order[lo:hi]
+            yield (
+                take_rows(self.x, idx) if self.y is None else (take_rows(self.x, idx), self.y[idx])
+            )
 
     def global_size(self, i: int) -> int:
         """Samples in batch ``i`` over all shards (the last batch may be short)."""

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .batches import take_rows
+
 
 class Dataset:
     """A map-style dataset: subclass it and define ``__getitem__(index)`` (one sample: an
@@ -246,7 +248,9 @@ class DataLoader:
             if fast:
                 if not self.shuffle:  # a slice: views, no copies
                     idx = slice(int(idx[0]), int(idx[-1]) + 1)
-                yield tuple(a[idx] for a in self.dataset.arrays)
+                    yield tuple(a[idx] for a in self.dataset.arrays)
+                else:
+                    yield tuple(take_rows(a, idx) for a in self.dataset.arrays)
                 continue
             samples = [self.dataset[int(i)] for i in idx]
             yield (self.collate_fn or default_collate)(samples)
