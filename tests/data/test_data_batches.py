@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -167,3 +171,34 @@ def test_shuffled_batches_of_a_memmap_are_its_rows(tmp_path):
     b = Batches(x, np.arange(50), 16, seed=2)
     got = np.concatenate([xb for xb, _ in b.epoch(0)])
     np.testing.assert_array_equal(got, np.asarray(x)[b.order(0)])
+
+
+_THREADS_AFTER_AN_EPOCH = """
+import os, sys
+import numpy as np
+from tapegrad.data import Batches
+before = len(os.listdir("/proc/self/task"))
+x = np.random.default_rng(0).random((2000, 784), dtype=np.float32)
+for xb, yb in Batches(x, np.arange(2000), 100, compiled_gather=sys.argv[1] == "1").epoch(0):
+    pass
+print(before, len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_numpys_gather_starts_no_threads_in_a_peers_process():
+    """A peer framework's benchmark worker batches with ``compiled_gather=False``: its process
+    must not start numba's threads (they would share its cores with the peer's own)."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    counts = {}
+    for flag in ("0", "1"):
+        out = subprocess.run(
+            [sys.executable, "-c", _THREADS_AFTER_AN_EPOCH, flag],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        counts[flag] = tuple(map(int, out))
+    assert counts["0"][1] == counts["0"][0], counts
+    assert counts["1"][1] > counts["1"][0], counts  # the check can see numba's threads start

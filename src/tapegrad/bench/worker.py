@@ -2,7 +2,9 @@
 FRAMEWORK SPEC.json`` prints one JSON line with what it measured.
 
 Every framework goes through the same loop (:func:`run`): the batches are the ones
-``tapegrad.data.Batches`` yields for each epoch (the same NumPy gather for everyone), each step
+``tapegrad.data.Batches`` yields for each epoch (the same rows for everyone: gathered by
+NumPy in a peer's process, whose numba threads must never start, by tapegrad's compiled
+gather in tapegrad's, as in its users' training), each step
 is ``runner.step(x, y) -> loss`` (forward, backward, optimiser update, loss read back to Python
 so asynchronous frameworks finish the step), timed with ``perf_counter``. After training the
 runner evaluates the test set, and only then measures allocation on a few steps (the ones the
@@ -109,7 +111,14 @@ def run(framework: str, spec: dict) -> dict:
     arrays = load_data(spec)
     runner = make_runner(framework, spec, load_weights(spec))
     x, y = arrays["train_x"], arrays["train_y"]
-    batches = Batches(x, y, spec["batch_size"], shuffle=True, seed=spec["seed"])
+    batches = Batches(
+        x,
+        y,
+        spec["batch_size"],
+        shuffle=True,
+        seed=spec["seed"],
+        compiled_gather=framework == "tapegrad",
+    )
     n_batches = len(batches)
     steps_limit = spec.get("steps")
     epochs = -(-steps_limit // n_batches) if steps_limit else spec["epochs"]

@@ -49,6 +49,10 @@ class Batches:
     batch of ``batch_size`` samples (data-parallel training: the global batches, and so the
     training, do not depend on how many ranks share them); :meth:`global_size` is the size of
     the whole global batch.
+
+    ``compiled_gather=False`` takes shuffled batches by NumPy's fancy indexing alone, never
+    :func:`take_rows`' compiled gather, which starts numba's threads in the process (what a
+    process that must not run them wants: another framework's benchmark worker).
     """
 
     def __init__(
@@ -63,6 +67,7 @@ class Batches:
         epoch: int = 0,
         start: int = 0,
         shard: tuple[int, int] | None = None,
+        compiled_gather: bool = True,
     ):
         x = np.asanyarray(x)  # keeps subclasses such as np.memmap
         if x.ndim == 0:
@@ -86,6 +91,7 @@ class Batches:
                 f"Batches: shard must be (rank, ranks) with 0 <= rank < ranks, got {shard}"
             )
         self.shard = shard
+        self.compiled_gather = bool(compiled_gather)
         self.set_epoch(epoch, start)
 
     @property
@@ -122,9 +128,8 @@ class Batches:
                 yield self.x[idx] if self.y is None else (self.x[idx], self.y[idx])
                 continue
             idx = order[lo:hi]
-            yield (
-                take_rows(self.x, idx) if self.y is None else (take_rows(self.x, idx), self.y[idx])
-            )
+            xb = take_rows(self.x, idx) if self.compiled_gather else self.x[idx]
+            yield xb if self.y is None else (xb, self.y[idx])
 
     def global_size(self, i: int) -> int:
         """Samples in batch ``i`` over all shards (the last batch may be short)."""

@@ -418,9 +418,12 @@ def _adjoint_samples(rng, which):
         for xs, ws, has_bias, stride, padding, dilation, groups in _conv_cases(d):
             geo = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
             x, w = S.values(rng, xs), S.values(rng, ws)
-            y_shape = (xs[0], ws[0]) + tuple(  # the forward's output, not run (no kernel compiles)
-                out_size(n, k, s, lo, hi, dl)
-                for n, k, s, (lo, hi), dl in zip(xs[2:], ws[2:], stride, padding, dilation)
+            y_shape = (
+                (xs[0], ws[0])
+                + tuple(  # the forward's output, not run (no kernel compiles)
+                    out_size(n, k, s, lo, hi, dl)
+                    for n, k, s, (lo, hi), dl in zip(xs[2:], ws[2:], stride, padding, dilation)
+                )
             )
             if which == "transpose":
                 args = (S.values(rng, y_shape), w) + (
