@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..autodiff.kernels import cpu as _cpu
+from ..autodiff.kernels.dispatch import kernels_for
 
 # what the compiled gather copies (the dtypes whose gather the kernels compile anyway: an
 # embedding's table); other arrays are indexed by NumPy
@@ -33,7 +33,7 @@ def take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
         return a[idx]
     row = a.size // len(a)
     out = np.empty((len(idx),) + a.shape[1:], a.dtype)
-    _cpu.gather_rows(a.reshape(len(a), row), idx, out.reshape(len(idx), row))
+    kernels_for(a).gather_rows(a.reshape(len(a), row), idx, out.reshape(len(idx), row))
     return out
 
 
@@ -122,12 +122,12 @@ class Batches:
             if self.shard is not None:  # this rank's contiguous part of the global batch
                 rank, ranks = self.shard
                 lo, hi = lo + (hi - lo) * rank // ranks, lo + (hi - lo) * (rank + 1) // ranks
-            if order is None:
+            if order is None:  # a slice: views
                 idx = slice(lo, hi)
-                yield self.x[idx] if self.y is None else (self.x[idx], self.y[idx])
-                continue
-            idx = order[lo:hi]
-            xb = take_rows(self.x, idx) if self.compiled_gather else self.x[idx]
+                xb = self.x[idx]
+            else:
+                idx = order[lo:hi]
+                xb = take_rows(self.x, idx) if self.compiled_gather else self.x[idx]
             yield xb if self.y is None else (xb, self.y[idx])
 
     def global_size(self, i: int) -> int:
